@@ -1,0 +1,222 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures a Projector.
+type Config struct {
+	// JetStream is the context the projector reads with. Required.
+	JetStream jetstream.JetStream
+	// Store is where it applies. Required.
+	Store *store.Store
+	// Stream is the stream to fold; default streams.Events.
+	Stream string
+	// MaxBatch bounds the messages applied in one Pebble batch; default 1024.
+	MaxBatch int
+	// Sync fsyncs every batch. Off, a process crash still loses nothing
+	// committed; a power loss may lose recent batches, which are then
+	// applied again from the stream.
+	Sync bool
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.JetStream == nil || c.Store == nil {
+		return errors.New("projector: JetStream and Store are required")
+	}
+	if c.Stream == "" {
+		c.Stream = streams.Events
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Projector applies the events stream to the store. Run it once; Applied and
+// WaitApplied are safe to call concurrently with Run.
+type Projector struct {
+	cfg       Config
+	applied   atomic.Uint64
+	anomalies atomic.Uint64
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced after each commit
+}
+
+// New returns a projector positioned at the store's applied sequence.
+func New(cfg Config) (*Projector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	seq, err := cfg.Store.Applied()
+	if err != nil {
+		return nil, fmt.Errorf("projector: %w", err)
+	}
+	p := &Projector{cfg: cfg, changed: make(chan struct{})}
+	p.applied.Store(seq)
+	return p, nil
+}
+
+// Applied is the stream sequence of the last committed message.
+func (p *Projector) Applied() uint64 { return p.applied.Load() }
+
+// Anomalies counts op events that broke the state machine and were skipped.
+func (p *Projector) Anomalies() uint64 { return p.anomalies.Load() }
+
+// WaitApplied blocks until the projector has committed seq or ctx ends.
+func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
+	for {
+		p.mu.Lock()
+		ch := p.changed
+		p.mu.Unlock()
+		if p.applied.Load() >= seq {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Run applies messages until ctx ends. It returns nil when ctx ends and an
+// error when the store or the stream fails.
+func (p *Projector) Run(ctx context.Context) error {
+	cc := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if seq := p.applied.Load(); seq > 0 {
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = seq + 1
+	}
+	cons, err := p.cfg.JetStream.OrderedConsumer(ctx, p.cfg.Stream, cc)
+	if err != nil {
+		return fmt.Errorf("projector: consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * p.cfg.MaxBatch))
+	if err != nil {
+		return fmt.Errorf("projector: messages: %w", err)
+	}
+	msgs := make(chan jetstream.Msg, p.cfg.MaxBatch)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					readErr <- err
+				}
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer func() {
+		it.Stop()
+		for range msgs { // let the reader exit
+		}
+	}()
+
+	for {
+		var m jetstream.Msg
+		var ok bool
+		select {
+		case m, ok = <-msgs:
+		case <-ctx.Done():
+			return nil
+		}
+		if !ok {
+			select {
+			case err := <-readErr:
+				return fmt.Errorf("projector: read: %w", err)
+			default:
+				return nil
+			}
+		}
+		b := p.cfg.Store.NewBatch()
+		n := 0
+		for {
+			if err := p.apply(b, m); err != nil {
+				return err
+			}
+			n++
+			if n >= p.cfg.MaxBatch || len(msgs) == 0 {
+				break
+			}
+			m = <-msgs
+		}
+		if err := b.Commit(p.cfg.Sync); err != nil {
+			return fmt.Errorf("projector: commit: %w", err)
+		}
+		p.committed(b)
+	}
+}
+
+func (p *Projector) committed(b *store.Batch) {
+	p.applied.Store(b.AppliedSeq())
+	p.mu.Lock()
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// apply folds one message into b. Only store failures are errors: a message
+// that does not decode or breaks the state machine is logged, counted and
+// passed over, since the stream is the record and the gate already refused
+// bad requests.
+func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return fmt.Errorf("projector: metadata: %w", err)
+	}
+	seq := md.Sequence.Stream
+	if seq <= p.applied.Load() {
+		return nil // already applied
+	}
+	b.SetApplied(seq)
+	ev, err := events.Decode(m.Headers(), m.Data())
+	if err != nil {
+		return nil // a malformed request; the gate rejects it
+	}
+	data, err := events.DecodeData(ev)
+	if err != nil {
+		return nil
+	}
+	h, isOp := events.IsOpEvent(data)
+	if !isOp {
+		return nil
+	}
+	op, err := b.Op(h.OpID)
+	if err != nil {
+		return fmt.Errorf("projector: seq %d: %w", seq, err)
+	}
+	if err := op.Apply(data, seq, md.Timestamp.UTC()); err != nil {
+		p.anomalies.Add(1)
+		p.cfg.Logger.Warn("op event breaks the state machine; skipped",
+			"op", h.OpID, "ws", h.Workspace, "event_type", ev.Type(), "seq", seq, "err", err)
+	}
+	return nil
+}

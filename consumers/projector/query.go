@@ -1,0 +1,136 @@
+package projector
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Query service identity and endpoints.
+const (
+	ServiceName    = "airlock-query"
+	ServiceVersion = "1.0.0"
+	// SubjectOp answers an OpQuery with an events.Op.
+	SubjectOp = events.QueryPrefix + ".op"
+	// SubjectOps answers a ListQuery with a ListResult.
+	SubjectOps = events.QueryPrefix + ".ops"
+	// DefaultPage is the page size when a ListQuery names none.
+	DefaultPage = 100
+)
+
+// OpQuery asks for one op.
+type OpQuery struct {
+	OpID string `json:"op_id"`
+}
+
+// ListQuery asks for a page of ops, optionally of one state.
+type ListQuery struct {
+	State  string `json:"state,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+	// Limit is the page size, 1 to store.MaxPage; 0 means DefaultPage.
+	Limit int `json:"limit,omitempty"`
+}
+
+// ListResult is one page. Next is the cursor of the following page, empty
+// on the last one.
+type ListResult struct {
+	Ops  []*events.Op `json:"ops"`
+	Next string       `json:"next,omitempty"`
+}
+
+// Serve registers the query service on nc. Stop the returned service to
+// remove it. Answers reflect what the projector has applied so far.
+func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "Airlock op queries over the projection",
+	})
+	if err != nil {
+		return nil, err
+	}
+	q := &query{st: st}
+	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(SubjectOp)); err != nil {
+		svc.Stop()
+		return nil, err
+	}
+	if err := svc.AddEndpoint("ops", micro.HandlerFunc(q.ops), micro.WithEndpointSubject(SubjectOps)); err != nil {
+		svc.Stop()
+		return nil, err
+	}
+	return svc, nil
+}
+
+type query struct{ st *store.Store }
+
+func (q *query) op(req micro.Request) {
+	var in OpQuery
+	if err := json.Unmarshal(req.Data(), &in); err != nil || !events.ValidOpID(in.OpID) {
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "want {\"op_id\": \"op_<32 hex>\"}"))
+		return
+	}
+	op, err := q.st.Op(in.OpID)
+	if errors.Is(err, store.ErrNotFound) {
+		respondError(req, events.Errorf(events.CodeNotFound, "no op %s", in.OpID))
+		return
+	}
+	if err != nil {
+		respondError(req, events.Errorf(events.CodeInternal, "%v", err))
+		return
+	}
+	_ = req.RespondJSON(op)
+}
+
+func (q *query) ops(req micro.Request) {
+	var in ListQuery
+	if len(req.Data()) > 0 {
+		if err := json.Unmarshal(req.Data(), &in); err != nil {
+			respondError(req, events.Errorf(events.CodeInvalidQuery, "bad list query: %v", err))
+			return
+		}
+	}
+	var state events.State
+	if in.State != "" {
+		s, err := events.ParseState(in.State)
+		if err != nil {
+			respondError(req, err)
+			return
+		}
+		state = s
+	}
+	if in.Limit < 0 || in.Limit > store.MaxPage {
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "limit %d outside 1..%d", in.Limit, store.MaxPage))
+		return
+	}
+	if in.Limit == 0 {
+		in.Limit = DefaultPage
+	}
+	ops, next, err := q.st.List(state, in.Cursor, in.Limit)
+	if errors.Is(err, store.ErrBadCursor) {
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "%v", err))
+		return
+	}
+	if err != nil {
+		respondError(req, events.Errorf(events.CodeInternal, "%v", err))
+		return
+	}
+	if ops == nil {
+		ops = []*events.Op{}
+	}
+	_ = req.RespondJSON(ListResult{Ops: ops, Next: next})
+}
+
+// respondError answers with the micro error headers set to the stable code
+// and a JSON events.Error body.
+func respondError(req micro.Request, err error) {
+	var e *events.Error
+	if !errors.As(err, &e) {
+		e = events.Errorf(events.CodeInternal, "%v", err)
+	}
+	body, _ := json.Marshal(e)
+	_ = req.Error(string(e.Code), e.Message, body)
+}

@@ -1,0 +1,224 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// Header names of the NATS binding.
+const (
+	// HeaderPrefix starts every CloudEvents attribute header (binary mode).
+	HeaderPrefix = "ce-"
+	// HeaderContentType is the content type of the body.
+	HeaderContentType = "Content-Type"
+	// ContentTypeJSON is the data content type of every Airlock event.
+	ContentTypeJSON = "application/json"
+	// ContentTypeStructured marks a structured-mode message.
+	ContentTypeStructured = "application/cloudevents+json"
+	// HeaderReplyTo names an inbox the gate answers on with a Reply.
+	HeaderReplyTo = "Airlock-Reply-To"
+)
+
+// NewEvent builds a CloudEvent of type t with a fresh id, the current time,
+// and data marshalled as JSON. subject is the ce-subject (the op id for op
+// events).
+func NewEvent(t Type, source, subject string, data any) (event.Event, error) {
+	body, err := json.Marshal(data)
+	if err != nil {
+		return event.Event{}, fmt.Errorf("marshal %s: %w", t.Short(), err)
+	}
+	return NewEventRaw(t, source, subject, nuid.Next(), body)
+}
+
+// NewEventRaw is NewEvent with a chosen id and pre-encoded JSON data.
+func NewEventRaw(t Type, source, subject, id string, data []byte) (event.Event, error) {
+	ev := event.New()
+	ev.SetType(string(t))
+	ev.SetSource(source)
+	ev.SetID(id)
+	ev.SetTime(time.Now().UTC())
+	if subject != "" {
+		ev.SetSubject(subject)
+	}
+	if err := ev.SetData(ContentTypeJSON, data); err != nil {
+		return event.Event{}, err
+	}
+	return ev, ev.Validate()
+}
+
+// Encode renders ev as a binary-mode NATS message on subject: every
+// attribute in a percent-encoded ce-<name> header, the data as the body.
+func Encode(subject string, ev event.Event) *nats.Msg {
+	msg := nats.NewMsg(subject)
+	h := msg.Header
+	h.Set(HeaderPrefix+"specversion", ev.SpecVersion())
+	h.Set(HeaderPrefix+"type", encodeHeader(ev.Type()))
+	h.Set(HeaderPrefix+"source", encodeHeader(ev.Source()))
+	h.Set(HeaderPrefix+"id", encodeHeader(ev.ID()))
+	if !ev.Time().IsZero() {
+		h.Set(HeaderPrefix+"time", ev.Time().UTC().Format(time.RFC3339Nano))
+	}
+	if s := ev.Subject(); s != "" {
+		h.Set(HeaderPrefix+"subject", encodeHeader(s))
+	}
+	if s := ev.DataSchema(); s != "" {
+		h.Set(HeaderPrefix+"dataschema", encodeHeader(s))
+	}
+	for name, v := range ev.Extensions() {
+		h.Set(HeaderPrefix+name, encodeHeader(fmt.Sprint(v)))
+	}
+	ct := ev.DataContentType()
+	if ct == "" {
+		ct = ContentTypeJSON
+	}
+	h.Set(HeaderContentType, ct)
+	msg.Data = ev.Data()
+	return msg
+}
+
+// Decode reads a CloudEvent from a NATS message in either content mode:
+// structured when Content-Type is application/cloudevents+json, binary when
+// a ce-specversion header is present. It returns an *Error with code
+// INVALID_EVENT for anything else or for an event the spec forbids.
+func Decode(h nats.Header, body []byte) (event.Event, error) {
+	ct := h.Get(HeaderContentType)
+	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == ContentTypeStructured {
+		var ev event.Event
+		if err := json.Unmarshal(body, &ev); err != nil {
+			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
+		}
+		if err := ev.Validate(); err != nil {
+			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
+		}
+		return ev, nil
+	}
+	spec := h.Get(HeaderPrefix + "specversion")
+	if spec == "" {
+		return event.Event{}, Errorf(CodeInvalidEvent, "not a CloudEvent: no ce-specversion header and Content-Type %q", ct)
+	}
+	if spec != event.CloudEventsVersionV1 {
+		return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
+	}
+	ev := event.New()
+	for key, vals := range h {
+		lk := strings.ToLower(key)
+		if !strings.HasPrefix(lk, HeaderPrefix) || len(vals) == 0 {
+			continue
+		}
+		name := lk[len(HeaderPrefix):]
+		v, err := decodeHeader(vals[0])
+		if err != nil {
+			return event.Event{}, Errorf(CodeInvalidEvent, "header %s: %v", key, err)
+		}
+		switch name {
+		case "specversion":
+		case "type":
+			ev.SetType(v)
+		case "source":
+			ev.SetSource(v)
+		case "id":
+			ev.SetID(v)
+		case "subject":
+			ev.SetSubject(v)
+		case "dataschema":
+			ev.SetDataSchema(v)
+		case "time":
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				return event.Event{}, Errorf(CodeInvalidEvent, "ce-time %q is not RFC 3339", v)
+			}
+			ev.SetTime(t)
+		default:
+			ev.SetExtension(name, v)
+		}
+	}
+	if ct != "" {
+		ev.SetDataContentType(ct)
+	}
+	ev.DataEncoded = body
+	if err := ev.Validate(); err != nil {
+		return event.Event{}, Errorf(CodeInvalidEvent, "binary CloudEvent: %v", err)
+	}
+	return ev, nil
+}
+
+// DecodeData unmarshals ev's JSON data into the struct for its type. It
+// returns *Error UNKNOWN_EVENT_TYPE for a type outside AllTypes and
+// INVALID_EVENT for data that does not decode.
+func DecodeData(ev event.Event) (any, error) {
+	t := Type(ev.Type())
+	payload := NewPayload(t)
+	if payload == nil {
+		return nil, Errorf(CodeUnknownEventType, "unknown event type %q", truncate(ev.Type(), 120))
+	}
+	if mt := ev.DataMediaType(); mt != "" && mt != ContentTypeJSON {
+		return nil, Errorf(CodeInvalidEvent, "data content type %q, want %s", mt, ContentTypeJSON)
+	}
+	if err := json.Unmarshal(ev.Data(), payload); err != nil {
+		return nil, Errorf(CodeInvalidEvent, "%s data: %v", t.Short(), err)
+	}
+	return payload, nil
+}
+
+// encodeHeader percent-encodes what a header value may not carry as is:
+// bytes outside printable ASCII, space, '"' and '%'.
+func encodeHeader(s string) string {
+	need := false
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c >= 0x7f || c == '"' || c == '%' {
+			need = true
+			break
+		}
+	}
+	if !need {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= 0x20 || c >= 0x7f || c == '"' || c == '%' {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func decodeHeader(s string) (string, error) {
+	if !strings.Contains(s, "%") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
+			return "", fmt.Errorf("bad percent-encoding in %q", truncate(s, 80))
+		}
+		b.WriteByte(byte(unhex(s[i+1])<<4 | unhex(s[i+2])))
+		i += 2
+	}
+	return b.String(), nil
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}

@@ -1,0 +1,91 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable error code. Codes are API: they are listed in
+// docs/errors.md and never renamed.
+type Code string
+
+// Error codes returned to submitters, approvers and operators.
+const (
+	// Bad input.
+	CodeInvalidEvent          Code = "INVALID_EVENT"
+	CodeUnknownEventType      Code = "UNKNOWN_EVENT_TYPE"
+	CodeRequestTooLarge       Code = "REQUEST_TOO_LARGE"
+	CodeArgsTooLarge          Code = "ARGS_TOO_LARGE"
+	CodeInvalidArgs           Code = "INVALID_ARGS"
+	CodeInvalidName           Code = "INVALID_NAME"
+	CodeInvalidIdempotencyKey Code = "INVALID_IDEMPOTENCY_KEY"
+	CodeSubjectMismatch       Code = "SUBJECT_MISMATCH"
+
+	// Policy.
+	CodeCapabilityDenied Code = "CAPABILITY_DENIED"
+	CodeWorkspaceLocked  Code = "WORKSPACE_LOCKED"
+	CodeHoldExpired      Code = "HOLD_EXPIRED"
+
+	// Execution.
+	CodeExecutorFailed     Code = "EXECUTOR_FAILED"
+	CodeResultTooLarge     Code = "RESULT_TOO_LARGE"
+	CodeRequestUnavailable Code = "REQUEST_UNAVAILABLE"
+	CodeAmbiguous          Code = "EXECUTION_AMBIGUOUS"
+
+	// Queries and transport.
+	CodeNotFound     Code = "NOT_FOUND"
+	CodeInvalidQuery Code = "INVALID_QUERY"
+	CodeUnavailable  Code = "UNAVAILABLE"
+	CodeInternal     Code = "INTERNAL"
+)
+
+// AllCodes lists every code, in the order docs/errors.md lists them.
+var AllCodes = []Code{
+	CodeInvalidEvent, CodeUnknownEventType, CodeRequestTooLarge, CodeArgsTooLarge,
+	CodeInvalidArgs, CodeInvalidName, CodeInvalidIdempotencyKey, CodeSubjectMismatch,
+	CodeCapabilityDenied, CodeWorkspaceLocked, CodeHoldExpired,
+	CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
+	CodeNotFound, CodeInvalidQuery, CodeUnavailable, CodeInternal,
+}
+
+// Error is the one error type that crosses process boundaries. Callers
+// compare codes with errors.Is, never messages.
+type Error struct {
+	Code      Code   `json:"code"`
+	Message   string `json:"message"`
+	Retryable bool   `json:"retryable,omitempty"`
+}
+
+// Errorf returns a terminal *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Is reports whether target is an *Error with the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Code == e.Code
+}
+
+// CodeOf returns the code of err's *Error, or CodeInternal when err carries
+// none. It returns "" for a nil error.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}

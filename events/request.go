@@ -1,0 +1,128 @@
+package events
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+)
+
+// Limits on a request. Each is enforced by Validate and by the gate; each is
+// documented in docs/events.md.
+const (
+	// MaxRequestBytes bounds the body of a tool.requested event.
+	MaxRequestBytes = 1 << 20
+	// MaxArgsBytes bounds the canonical form of a request's args.
+	MaxArgsBytes = 256 << 10
+	// MaxIdempotencyKeyBytes bounds the optional idempotency key.
+	MaxIdempotencyKeyBytes = 256
+	// MaxResultBytes bounds the canonical result an executor may store.
+	MaxResultBytes = 512 << 10
+)
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+// ValidName reports whether s is a valid workspace, agent or tool name:
+// [a-z0-9][a-z0-9_-]{0,63}. Valid names are valid NATS subject tokens.
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+// Request is one logical tool call: the data of a tool.requested event.
+type Request struct {
+	Workspace      string          `json:"workspace"`
+	Agent          string          `json:"agent"`
+	Tool           string          `json:"tool"`
+	Args           json.RawMessage `json:"args"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+}
+
+// Validate checks names, the idempotency key and the args, and replaces
+// r.Args with its canonical form. It returns an *Error with a stable code.
+func (r *Request) Validate() error {
+	for _, f := range []struct{ field, value string }{
+		{"workspace", r.Workspace}, {"agent", r.Agent}, {"tool", r.Tool},
+	} {
+		if !ValidName(f.value) {
+			return Errorf(CodeInvalidName, "%s %q must match [a-z0-9][a-z0-9_-]{0,63}", f.field, truncate(f.value, 80))
+		}
+	}
+	if len(r.IdempotencyKey) > MaxIdempotencyKeyBytes {
+		return Errorf(CodeInvalidIdempotencyKey, "idempotency_key is %d bytes, limit %d", len(r.IdempotencyKey), MaxIdempotencyKeyBytes)
+	}
+	for _, c := range []byte(r.IdempotencyKey) {
+		if c < 0x21 || c > 0x7e {
+			return Errorf(CodeInvalidIdempotencyKey, "idempotency_key must be printable ASCII without spaces")
+		}
+	}
+	if len(bytes.TrimSpace(r.Args)) == 0 {
+		return Errorf(CodeInvalidArgs, "args missing: send a JSON value ({} for none)")
+	}
+	canon, err := Canonical(r.Args)
+	if err != nil {
+		return Errorf(CodeInvalidArgs, "args: %v", err)
+	}
+	if len(canon) > MaxArgsBytes {
+		return Errorf(CodeArgsTooLarge, "args are %d bytes in canonical form, limit %d", len(canon), MaxArgsBytes)
+	}
+	r.Args = canon
+	return nil
+}
+
+// Fingerprint is the SHA-256 of the canonical
+// {agent, args, idempotency_key, tool, workspace} object. It names the
+// logical call for ever. r must have been validated.
+func (r *Request) Fingerprint() [32]byte {
+	var b bytes.Buffer
+	b.Grow(len(r.Args) + 128)
+	b.WriteString(`{"agent":`)
+	writeCanonString(&b, r.Agent)
+	b.WriteString(`,"args":`)
+	b.Write(r.Args)
+	b.WriteString(`,"idempotency_key":`)
+	writeCanonString(&b, r.IdempotencyKey)
+	b.WriteString(`,"tool":`)
+	writeCanonString(&b, r.Tool)
+	b.WriteString(`,"workspace":`)
+	writeCanonString(&b, r.Workspace)
+	b.WriteByte('}')
+	return sha256.Sum256(b.Bytes())
+}
+
+// FingerprintHex is Fingerprint in lower-case hex.
+func (r *Request) FingerprintHex() string {
+	fp := r.Fingerprint()
+	return hex.EncodeToString(fp[:])
+}
+
+// OpID derives the operation id from a fingerprint: "op_" and the first 128
+// bits in hex. A retry days later derives the same id.
+func OpID(fingerprint [32]byte) string {
+	return "op_" + hex.EncodeToString(fingerprint[:16])
+}
+
+var opIDPattern = regexp.MustCompile(`^op_[0-9a-f]{32}$`)
+
+// ValidOpID reports whether s has the form OpID produces.
+func ValidOpID(s string) bool { return opIDPattern.MatchString(s) }
+
+// ArgsDigest is "sha256:" and the hex SHA-256 of canonical args.
+func ArgsDigest(canonArgs []byte) string { return Digest(canonArgs) }
+
+// Digest is "sha256:" and the hex SHA-256 of b.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// String renders the request for logs without its args.
+func (r *Request) String() string {
+	return fmt.Sprintf("%s/%s/%s", r.Workspace, r.Agent, r.Tool)
+}

@@ -1,0 +1,217 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// State is where an op stands in the op state machine.
+type State string
+
+// The op states. See docs/state-machine.md.
+const (
+	StateNew       State = ""
+	StateReady     State = "ready"
+	StateHeld      State = "held"
+	StateGranted   State = "granted"
+	StateExecuting State = "executing"
+	StateCompleted State = "completed"
+	StateFailed    State = "failed"
+	StateDenied    State = "denied"
+	StateExpired   State = "expired"
+	StateAmbiguous State = "ambiguous"
+)
+
+// AllStates lists the states an op can be in once it exists.
+var AllStates = []State{
+	StateReady, StateHeld, StateGranted, StateExecuting,
+	StateCompleted, StateFailed, StateDenied, StateExpired, StateAmbiguous,
+}
+
+// ParseState returns the state named s, or an error.
+func ParseState(s string) (State, error) {
+	for _, st := range AllStates {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", Errorf(CodeInvalidQuery, "unknown state %q", s)
+}
+
+// Terminal reports whether no event but scrubbed may follow.
+func (s State) Terminal() bool {
+	switch s {
+	case StateCompleted, StateFailed, StateDenied, StateExpired, StateAmbiguous:
+		return true
+	}
+	return false
+}
+
+// Op is the folded state of one op: what the projector stores and the query
+// service answers. Apply is its only writer.
+type Op struct {
+	ID          string `json:"op_id"`
+	Workspace   string `json:"workspace"`
+	State       State  `json:"state"`
+	Agent       string `json:"agent,omitempty"`
+	Tool        string `json:"tool,omitempty"`
+	Class       string `json:"class,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+	ArgsDigest  string `json:"args_digest,omitempty"`
+	RequestSeq  uint64 `json:"request_seq,omitempty"`
+	PolicyHash  string `json:"policy_hash,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	HoldID      string `json:"hold_id,omitempty"`
+	// Attempt is the id of the newest claim; Attempts counts claims.
+	Attempt      string          `json:"attempt,omitempty"`
+	Attempts     int             `json:"attempts,omitempty"`
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultDigest string          `json:"result_digest,omitempty"`
+	ErrorCode    Code            `json:"error_code,omitempty"`
+	Error        string          `json:"error,omitempty"`
+	Scrubbed     bool            `json:"scrubbed,omitempty"`
+	// Version is the op subject's sequence of the last applied event: the
+	// value the next transition must expect.
+	Version uint64 `json:"version"`
+	// FirstSeq is the stream sequence of the op's first event.
+	FirstSeq  uint64    `json:"first_seq"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Apply folds one op event (the *T returned by DecodeData) into op. seq is
+// the event's stream sequence, at its time. It returns an *Error with code
+// INVALID_EVENT when the transition is not in the state machine; op is then
+// unchanged.
+func (op *Op) Apply(data any, seq uint64, at time.Time) error {
+	next, err := op.next(data)
+	if err != nil {
+		return err
+	}
+	h := header(data)
+	if op.State == StateNew {
+		op.ID, op.Workspace, op.CreatedAt, op.FirstSeq = h.OpID, h.Workspace, at, seq
+	} else if h.OpID != op.ID {
+		return Errorf(CodeInvalidEvent, "event for op %s applied to op %s", h.OpID, op.ID)
+	}
+	switch d := data.(type) {
+	case *Decided:
+		op.summary(d.Request)
+		op.PolicyHash, op.Reason = d.PolicyHash, d.Reason
+	case *Held:
+		op.summary(d.Request)
+		op.PolicyHash, op.Reason, op.HoldID = d.PolicyHash, d.Reason, d.HoldID
+	case *Granted:
+		op.Reason = d.Reason
+	case *Denied:
+		op.summary(d.Request)
+		op.ErrorCode, op.Error = d.Code, d.Reason
+		if d.PolicyHash != "" {
+			op.PolicyHash = d.PolicyHash
+		}
+	case *Expired:
+		op.ErrorCode, op.Error = CodeHoldExpired, "hold expired unresolved"
+	case *Claimed:
+		op.Attempt = d.Attempt
+		op.Attempts++
+	case *Completed:
+		op.Result, op.ResultDigest = d.Result, d.ResultDigest
+	case *Failed:
+		op.ErrorCode, op.Error = d.Code, d.Message
+	case *Ambiguous:
+		op.ErrorCode, op.Error = d.Code, d.Known
+	case *Scrubbed:
+		op.Scrubbed = true
+	}
+	op.State = next
+	op.Version = seq
+	op.UpdatedAt = at
+	return nil
+}
+
+func (op *Op) summary(s *Summary) {
+	if s == nil {
+		return
+	}
+	op.Agent, op.Tool, op.Class = s.Agent, s.Tool, s.Class
+	op.Fingerprint, op.ArgsDigest, op.RequestSeq = s.Fingerprint, s.ArgsDigest, s.RequestSeq
+}
+
+// next is the transition table.
+func (op *Op) next(data any) (State, error) {
+	from := op.State
+	bad := func(name string) (State, error) {
+		if from == StateNew {
+			return "", Errorf(CodeInvalidEvent, "%s cannot start an op", name)
+		}
+		return "", Errorf(CodeInvalidEvent, "%s not allowed in state %s", name, from)
+	}
+	first := func(s *Summary) bool { return from == StateNew && s != nil }
+	switch d := data.(type) {
+	case *Decided:
+		if first(d.Request) || from == StateGranted {
+			return StateReady, nil
+		}
+		return bad("decided")
+	case *Held:
+		if first(d.Request) {
+			return StateHeld, nil
+		}
+		return bad("held")
+	case *Denied:
+		if first(d.Request) || from == StateHeld || from == StateGranted {
+			return StateDenied, nil
+		}
+		return bad("denied")
+	case *Granted:
+		if from == StateHeld {
+			return StateGranted, nil
+		}
+		return bad("granted")
+	case *Expired:
+		if from == StateHeld {
+			return StateExpired, nil
+		}
+		return bad("expired")
+	case *Claimed:
+		if from == StateReady || (from == StateExecuting && d.Recovers == op.Attempt) {
+			return StateExecuting, nil
+		}
+		return bad("claimed")
+	case *Completed:
+		if from == StateExecuting && d.Attempt == op.Attempt {
+			return StateCompleted, nil
+		}
+		return bad("completed")
+	case *Failed:
+		if from == StateReady || (from == StateExecuting && d.Attempt == op.Attempt) {
+			return StateFailed, nil
+		}
+		return bad("failed")
+	case *Ambiguous:
+		if from == StateExecuting && d.Attempt == op.Attempt {
+			return StateAmbiguous, nil
+		}
+		return bad("ambiguous")
+	case *Scrubbed:
+		if from.Terminal() && !op.Scrubbed {
+			return from, nil
+		}
+		return bad("scrubbed")
+	}
+	return "", Errorf(CodeInvalidEvent, "%T is not an op event", data)
+}
+
+// header returns the OpHeader of an op event, or a zero one.
+func header(data any) OpHeader {
+	if e, ok := data.(interface{ opHeader() OpHeader }); ok {
+		return e.opHeader()
+	}
+	return OpHeader{}
+}
+
+// String renders the op in one line for logs.
+func (op *Op) String() string {
+	return fmt.Sprintf("%s %s/%s %s", op.ID, op.Workspace, op.Tool, op.State)
+}

@@ -1,0 +1,225 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Type is a versioned CloudEvents type: dev.airlock.<noun>.<verb>.v1.
+type Type string
+
+// The event types of the op state machine.
+const (
+	TypeRequested Type = "dev.airlock.tool.requested.v1"
+	TypeRejected  Type = "dev.airlock.request.rejected.v1"
+	TypeDecided   Type = "dev.airlock.op.decided.v1"
+	TypeHeld      Type = "dev.airlock.op.held.v1"
+	TypeGranted   Type = "dev.airlock.op.granted.v1"
+	TypeDenied    Type = "dev.airlock.op.denied.v1"
+	TypeExpired   Type = "dev.airlock.op.expired.v1"
+	TypeClaimed   Type = "dev.airlock.op.claimed.v1"
+	TypeCompleted Type = "dev.airlock.op.completed.v1"
+	TypeFailed    Type = "dev.airlock.op.failed.v1"
+	TypeAmbiguous Type = "dev.airlock.op.ambiguous.v1"
+	TypeScrubbed  Type = "dev.airlock.op.scrubbed.v1"
+)
+
+// AllTypes lists every event type.
+var AllTypes = []Type{
+	TypeRequested, TypeRejected, TypeDecided, TypeHeld, TypeGranted, TypeDenied,
+	TypeExpired, TypeClaimed, TypeCompleted, TypeFailed, TypeAmbiguous, TypeScrubbed,
+}
+
+// Known reports whether t is one of AllTypes.
+func (t Type) Known() bool {
+	for _, k := range AllTypes {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Short is the verb of the type: "decided" for dev.airlock.op.decided.v1.
+func (t Type) Short() string {
+	s := string(t)
+	const prefix = "dev.airlock."
+	if len(s) < len(prefix)+3 {
+		return s
+	}
+	s = s[len(prefix) : len(s)-3]
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == '.' {
+			return s[i+1:]
+		}
+	}
+	return s
+}
+
+// Summary describes the request behind an op. It is carried by the first
+// event on an op's subject, so the op stream alone tells what the op is. It
+// holds the args digest, never the args.
+type Summary struct {
+	Fingerprint    string `json:"fingerprint"`
+	Agent          string `json:"agent"`
+	Tool           string `json:"tool"`
+	Class          string `json:"class"`
+	ArgsDigest     string `json:"args_digest"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// RequestSeq is the stream sequence of the tool.requested message that
+	// carries the args.
+	RequestSeq uint64 `json:"request_seq"`
+}
+
+// OpHeader is the part every op event carries.
+type OpHeader struct {
+	OpID      string `json:"op_id"`
+	Workspace string `json:"workspace"`
+}
+
+func (h OpHeader) opHeader() OpHeader { return h }
+
+// IsOpEvent reports whether data (from DecodeData) is an op event, and
+// returns its header.
+func IsOpEvent(data any) (OpHeader, bool) {
+	h := header(data)
+	return h, h.OpID != ""
+}
+
+// Decided records that policy allows the op to run now: requested -> ready,
+// or granted -> ready on resume.
+type Decided struct {
+	OpHeader
+	Request    *Summary `json:"request,omitempty"`
+	PolicyHash string   `json:"policy_hash"`
+	Reason     string   `json:"reason"`
+}
+
+// Held records that the op waits for an approver.
+type Held struct {
+	OpHeader
+	Request    *Summary  `json:"request,omitempty"`
+	HoldID     string    `json:"hold_id"`
+	ArgsDigest string    `json:"args_digest"`
+	ExpiresAt  time.Time `json:"expires_at"`
+	PolicyHash string    `json:"policy_hash"`
+	Reason     string    `json:"reason"`
+}
+
+// Granted records an approver's grant of a hold.
+type Granted struct {
+	OpHeader
+	HoldID     string `json:"hold_id"`
+	ArgsDigest string `json:"args_digest"`
+	Approver   string `json:"approver"`
+	Reason     string `json:"reason"`
+}
+
+// Denied records a denial by policy, by an approver, or on resume. Terminal.
+type Denied struct {
+	OpHeader
+	Request    *Summary `json:"request,omitempty"`
+	Code       Code     `json:"code"`
+	Reason     string   `json:"reason"`
+	PolicyHash string   `json:"policy_hash,omitempty"`
+	Actor      string   `json:"actor,omitempty"`
+}
+
+// Expired records that a hold passed its expiry unresolved. Terminal.
+type Expired struct {
+	OpHeader
+	HoldID string `json:"hold_id"`
+}
+
+// Claimed records an executor taking the op, before any side effect.
+type Claimed struct {
+	OpHeader
+	Attempt  string `json:"attempt"`
+	Executor string `json:"executor"`
+	// Recovers names the attempt this claim takes over after its executor
+	// was lost; empty on a first claim.
+	Recovers string `json:"recovers,omitempty"`
+	// WorkSeq and Delivery identify the work item delivery that made the
+	// claim, so a later delivery of the same item can tell a lost claim
+	// from a live one.
+	WorkSeq  uint64 `json:"work_seq,omitempty"`
+	Delivery uint64 `json:"delivery,omitempty"`
+}
+
+// Completed records the stored result. Terminal.
+type Completed struct {
+	OpHeader
+	Attempt      string          `json:"attempt"`
+	Result       json.RawMessage `json:"result"`
+	ResultDigest string          `json:"result_digest"`
+	DurationMS   int64           `json:"duration_ms"`
+	Recovered    bool            `json:"recovered,omitempty"`
+}
+
+// Failed records that the op ran, or could not run, and failed. Terminal.
+type Failed struct {
+	OpHeader
+	Attempt string `json:"attempt,omitempty"`
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// Ambiguous records that an attempt may or may not have taken effect and
+// will not be retried. Terminal.
+type Ambiguous struct {
+	OpHeader
+	Attempt string `json:"attempt"`
+	Code    Code   `json:"code"`
+	Known   string `json:"known"`
+}
+
+// Scrubbed records that the op's argument plaintext was erased.
+type Scrubbed struct {
+	OpHeader
+	RequestSeq uint64 `json:"request_seq"`
+}
+
+// Rejected records a request the gate refused as bad input.
+type Rejected struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+	// Subject and RequestSeq locate the refused message.
+	Subject    string `json:"subject"`
+	RequestSeq uint64 `json:"request_seq"`
+	// RequestID is the refused event's ce-id, when it had one.
+	RequestID string `json:"request_id,omitempty"`
+	Size      int    `json:"size"`
+	Digest    string `json:"digest"`
+}
+
+// NewPayload returns a pointer to the zero data struct for an event type, or
+// nil for an unknown type.
+func NewPayload(t Type) any {
+	switch t {
+	case TypeRequested:
+		return new(Request)
+	case TypeRejected:
+		return new(Rejected)
+	case TypeDecided:
+		return new(Decided)
+	case TypeHeld:
+		return new(Held)
+	case TypeGranted:
+		return new(Granted)
+	case TypeDenied:
+		return new(Denied)
+	case TypeExpired:
+		return new(Expired)
+	case TypeClaimed:
+		return new(Claimed)
+	case TypeCompleted:
+		return new(Completed)
+	case TypeFailed:
+		return new(Failed)
+	case TypeAmbiguous:
+		return new(Ambiguous)
+	case TypeScrubbed:
+		return new(Scrubbed)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package natsrv starts the embedded NATS server with JetStream that
+// `airlock serve` runs by default.
+package natsrv
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// MaxPayload is the largest message the embedded server accepts. It is
+// above events.MaxRequestBytes so that an oversized request still reaches
+// the gate and is rejected with REQUEST_TOO_LARGE rather than dropped by the
+// transport.
+const MaxPayload = 2 << 20
+
+// Config configures the embedded server. The zero value listens nowhere.
+type Config struct {
+	// DataDir holds JetStream's store, in DataDir/jetstream. Required.
+	DataDir string
+	// Listen is the client address, host:port; empty for in-process only.
+	// Port 0 picks a free port (-1 is the same).
+	Listen string
+	// Monitor is the HTTP monitoring address (/varz, /jsz, /healthz);
+	// empty for none.
+	Monitor string
+	// SyncAlways fsyncs every write before it is acknowledged. Without it
+	// the store fsyncs every SyncInterval: a process crash loses nothing,
+	// a power loss may lose what was written since the last sync.
+	SyncAlways bool
+	// SyncInterval is the periodic fsync interval when SyncAlways is off;
+	// zero keeps the NATS default (2 minutes).
+	SyncInterval time.Duration
+	// Logger receives the server's log at Debug and above; nil for none.
+	Logger *slog.Logger
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(cfg Config) (*server.Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("natsrv: DataDir is required")
+	}
+	opts := &server.Options{
+		ServerName:   "airlock",
+		JetStream:    true,
+		StoreDir:     filepath.Join(cfg.DataDir, "jetstream"),
+		MaxPayload:   MaxPayload,
+		SyncAlways:   cfg.SyncAlways,
+		SyncInterval: cfg.SyncInterval,
+		NoSigs:       true,
+		DontListen:   cfg.Listen == "",
+	}
+	if cfg.Listen != "" {
+		host, port, err := splitHostPort(cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("natsrv: listen: %w", err)
+		}
+		opts.Host, opts.Port = host, port
+	}
+	if cfg.Monitor != "" {
+		host, port, err := splitHostPort(cfg.Monitor)
+		if err != nil {
+			return nil, fmt.Errorf("natsrv: monitor: %w", err)
+		}
+		opts.HTTPHost, opts.HTTPPort = host, port
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsrv: %w", err)
+	}
+	if cfg.Logger != nil {
+		s.SetLoggerV2(&logAdapter{l: cfg.Logger}, false, false, false)
+	}
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		return nil, errors.New("natsrv: server not ready within 30s")
+	}
+	return s, nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	host, ps, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(ps)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", ps)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+// logAdapter sends the server's log to slog.
+type logAdapter struct{ l *slog.Logger }
+
+func (a *logAdapter) Noticef(format string, v ...any) {
+	a.l.Debug(fmt.Sprintf(format, v...), "component", "nats")
+}
+func (a *logAdapter) Warnf(format string, v ...any) {
+	a.l.Warn(fmt.Sprintf(format, v...), "component", "nats")
+}
+func (a *logAdapter) Fatalf(format string, v ...any) {
+	a.l.Error(fmt.Sprintf(format, v...), "component", "nats")
+}
+func (a *logAdapter) Errorf(format string, v ...any) {
+	a.l.Error(fmt.Sprintf(format, v...), "component", "nats")
+}
+func (a *logAdapter) Debugf(format string, v ...any) {}
+func (a *logAdapter) Tracef(format string, v ...any) {}
+
+var _ server.Logger = (*logAdapter)(nil)

@@ -1,0 +1,246 @@
+// Package store is the projector's Pebble store: ops by id, by state and in
+// creation order, and the last applied stream sequence, always written in
+// the same batch as the state it describes.
+//
+// # Keys
+//
+//	m/applied                       last applied stream sequence (8 bytes, big endian)
+//	o/<op id>                       the op, JSON (events.Op)
+//	a/<first seq>/<op id>           every op in creation order
+//	s/<state>/<first seq>/<op id>   ops by state, in creation order
+package store
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ErrNotFound is returned for an op the store does not hold.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrBadCursor is returned by List for a cursor it did not issue.
+var ErrBadCursor = errors.New("store: bad cursor")
+
+// MaxPage bounds the ops one List call returns.
+const MaxPage = 1000
+
+var keyApplied = []byte("m/applied")
+
+// Store is safe for concurrent use. Writes go through one Batch at a time
+// (the projector is the only writer); reads may run concurrently with it.
+type Store struct {
+	db *pebble.DB
+}
+
+// Open opens or creates the store in dir.
+func Open(dir string) (*Store, error) {
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the store. It is not safe to call twice.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Applied returns the stream sequence of the last applied event, 0 if none.
+func (s *Store) Applied() (uint64, error) {
+	v, closer, err := s.db.Get(keyApplied)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("store: applied sequence is %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Op returns the op with id, or ErrNotFound. The caller owns the result.
+func (s *Store) Op(id string) (*events.Op, error) {
+	v, closer, err := s.db.Get(opKey(id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	op := new(events.Op)
+	if err := json.Unmarshal(v, op); err != nil {
+		return nil, fmt.Errorf("store: op %s: %w", id, err)
+	}
+	return op, nil
+}
+
+// List returns up to limit ops in creation order, of one state or of every
+// state when state is StateNew, starting after the cursor a previous call
+// returned ("" for the first page). next is "" on the last page.
+func (s *Store) List(state events.State, cursor string, limit int) (ops []*events.Op, next string, err error) {
+	if limit <= 0 || limit > MaxPage {
+		limit = MaxPage
+	}
+	prefix := []byte("a/")
+	if state != events.StateNew {
+		prefix = []byte("s/" + string(state) + "/")
+	}
+	lower := prefix
+	if cursor != "" {
+		after, err := hex.DecodeString(cursor)
+		if err != nil || len(after) < 10 {
+			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, cursor)
+		}
+		lower = append(append([]byte{}, prefix...), after...)
+		lower = append(lower, 0) // strictly after the cursor
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, "", err
+	}
+	defer it.Close()
+	var last []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(ops) == limit {
+			next = hex.EncodeToString(last)
+			break
+		}
+		rest := it.Key()[len(prefix):]
+		op, err := s.Op(string(rest[9:])) // 8-byte seq and '/'
+		if err != nil {
+			return nil, "", err
+		}
+		ops = append(ops, op)
+		last = append(last[:0], rest...)
+	}
+	return ops, next, it.Error()
+}
+
+// Batch is one applied unit: every op it touches and the applied sequence,
+// committed atomically. It is not safe for concurrent use.
+type Batch struct {
+	s       *Store
+	ops     map[string]*entry
+	order   []string
+	applied uint64
+}
+
+type entry struct {
+	op   *events.Op
+	from events.State // state at the start of the batch; StateNew if absent
+}
+
+// NewBatch starts a batch.
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, ops: make(map[string]*entry)}
+}
+
+// Op returns the op as this batch sees it, or a new zero op when the store
+// does not hold it. Changes the caller makes to it are written by Commit.
+func (b *Batch) Op(id string) (*events.Op, error) {
+	if e, ok := b.ops[id]; ok {
+		return e.op, nil
+	}
+	op, err := b.s.Op(id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		op = new(events.Op)
+	case err != nil:
+		return nil, err
+	}
+	b.ops[id] = &entry{op: op, from: op.State}
+	b.order = append(b.order, id)
+	return op, nil
+}
+
+// SetApplied records seq as the last applied stream sequence.
+func (b *Batch) SetApplied(seq uint64) { b.applied = seq }
+
+// AppliedSeq is the sequence SetApplied last recorded.
+func (b *Batch) AppliedSeq() uint64 { return b.applied }
+
+// Len is the number of ops the batch touches.
+func (b *Batch) Len() int { return len(b.ops) }
+
+// Commit writes the batch. sync makes it durable against power loss before
+// it returns; without it a process crash still loses nothing already
+// committed.
+func (b *Batch) Commit(sync bool) error {
+	pb := b.s.db.NewBatch()
+	defer pb.Close()
+	for _, id := range b.order {
+		e := b.ops[id]
+		if e.op.State == events.StateNew {
+			continue // looked up but never created
+		}
+		v, err := json.Marshal(e.op)
+		if err != nil {
+			return fmt.Errorf("store: marshal op %s: %w", id, err)
+		}
+		if err := pb.Set(opKey(id), v, nil); err != nil {
+			return err
+		}
+		if e.from == e.op.State {
+			continue
+		}
+		if e.from == events.StateNew {
+			if err := pb.Set(orderKey("a/", e.op), nil, nil); err != nil {
+				return err
+			}
+		} else if err := pb.Delete(orderKey("s/"+string(e.from)+"/", e.op), nil); err != nil {
+			return err
+		}
+		if err := pb.Set(orderKey("s/"+string(e.op.State)+"/", e.op), nil, nil); err != nil {
+			return err
+		}
+	}
+	if b.applied != 0 {
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], b.applied)
+		if err := pb.Set(keyApplied, v[:], nil); err != nil {
+			return err
+		}
+	}
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	return pb.Commit(opts)
+}
+
+func opKey(id string) []byte { return []byte("o/" + id) }
+
+func orderKey(prefix string, op *events.Op) []byte {
+	k := make([]byte, 0, len(prefix)+9+len(op.ID))
+	k = append(k, prefix...)
+	k = binary.BigEndian.AppendUint64(k, op.FirstSeq)
+	k = append(k, '/')
+	return append(k, op.ID...)
+}
+
+func prefixEnd(p []byte) []byte {
+	end := append([]byte{}, p...)
+	end[len(end)-1]++
+	return end
+}
+
+// quietLogger drops Pebble's informational log and keeps its errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}

@@ -1,0 +1,363 @@
+package producers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of a Client.
+const (
+	DefaultWait         = 30 * time.Second
+	DefaultPublishTries = 5
+	DefaultPollInterval = 2 * time.Second
+	DefaultSource       = "airlock/producers"
+)
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithWait bounds how long Submit waits for a terminal outcome when ctx has
+// no earlier deadline; after it Submit returns a pending outcome.
+func WithWait(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("producers: wait %s must be positive", d)
+		}
+		c.wait = d
+		return nil
+	}
+}
+
+// WithPublishTries sets how often a request is published before Submit
+// gives up on the transport; every try reuses the fingerprint as
+// Nats-Msg-Id.
+func WithPublishTries(n int) Option {
+	return func(c *Client) error {
+		if n < 1 || n > 100 {
+			return fmt.Errorf("producers: publish tries %d outside 1..100", n)
+		}
+		c.tries = n
+		return nil
+	}
+}
+
+// WithSource sets the ce-source of submitted requests.
+func WithSource(src string) Option {
+	return func(c *Client) error {
+		if src == "" {
+			return errors.New("producers: empty source")
+		}
+		c.source = src
+		return nil
+	}
+}
+
+// WithPollInterval sets how often a waiting Submit reads the op's newest
+// event itself, in case a live event was missed.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *Client) error {
+		if d < 10*time.Millisecond {
+			return fmt.Errorf("producers: poll interval %s below 10ms", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// Client submits requests and queries ops over one NATS connection, which
+// the caller owns.
+type Client struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	wait   time.Duration
+	tries  int
+	poll   time.Duration
+	source string
+	inbox  string // wildcard reply prefix: <inbox>.<op id>
+
+	mu      sync.Mutex
+	stream  jetstream.Stream
+	subs    map[string]*nats.Subscription // by workspace
+	replies *nats.Subscription
+	waiters map[string]map[*waiter]struct{}
+}
+
+// New returns a client on nc.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		nc: nc, js: js, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
+		source: DefaultSource, inbox: nc.NewRespInbox(),
+		subs: map[string]*nats.Subscription{}, waiters: map[string]map[*waiter]struct{}{},
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	c.replies, err = nc.Subscribe(c.inbox+".*", c.onReply)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Close removes the client's subscriptions. It does not close the
+// connection. Submits in flight return pending outcomes.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for ws, s := range c.subs {
+		errs = append(errs, s.Unsubscribe())
+		delete(c.subs, ws)
+	}
+	if c.replies != nil {
+		errs = append(errs, c.replies.Unsubscribe())
+		c.replies = nil
+	}
+	return errors.Join(errs...)
+}
+
+// Outcome is where a submitted op stands when Submit returns.
+type Outcome struct {
+	OpID  string       `json:"op_id"`
+	State events.State `json:"state"`
+	// Pending is true when the wait ran out before a terminal state.
+	Pending bool `json:"pending,omitempty"`
+	// Result is the stored result of a completed op.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Code and Message explain a denied, failed, expired or ambiguous op.
+	Code    events.Code `json:"error_code,omitempty"`
+	Message string      `json:"error,omitempty"`
+}
+
+// Terminal reports whether the outcome is final.
+func (o Outcome) Terminal() bool { return o.State.Terminal() }
+
+// Submit publishes req and waits for the op's terminal outcome. It returns
+// an *events.Error for a request that is bad input (checked locally first,
+// or rejected by the gate) and a pending outcome, with a nil error, when
+// the wait (WithWait or ctx's deadline) runs out first.
+func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error) {
+	if err := req.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if len(body) > events.MaxRequestBytes {
+		return Outcome{}, events.Errorf(events.CodeRequestTooLarge, "request body is %d bytes, limit %d", len(body), events.MaxRequestBytes)
+	}
+	fp := req.FingerprintHex()
+	opID := events.OpID(req.Fingerprint())
+	w, err := c.watch(req.Workspace, opID)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer c.unwatch(opID, w)
+
+	wctx, cancel := context.WithTimeout(ctx, c.wait)
+	defer cancel()
+	ev, err := events.NewEventRaw(events.TypeRequested, c.source, opID, fp, body)
+	if err != nil {
+		return Outcome{}, err
+	}
+	msg := events.Encode(events.RequestSubject(req.Workspace), ev)
+	msg.Header.Set(events.HeaderReplyTo, c.inbox+"."+opID)
+	dup, err := c.publish(wctx, msg, fp)
+	if err != nil {
+		if wctx.Err() != nil && ctx.Err() == nil {
+			return Outcome{OpID: opID, Pending: true}, nil
+		}
+		return Outcome{}, err
+	}
+	if dup {
+		w.poke()
+	}
+	return c.await(ctx, wctx, w, req.Workspace, opID)
+}
+
+// publish sends the request, retrying transport failures with the same
+// Nats-Msg-Id. It reports whether JetStream saw a duplicate.
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, error) {
+	var err error
+	for try := range c.tries {
+		if try > 0 {
+			select {
+			case <-time.After(time.Duration(1<<min(try, 6)) * 50 * time.Millisecond):
+			case <-ctx.Done():
+				return false, ctx.Err()
+			}
+		}
+		var ack *jetstream.PubAck
+		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fp))
+		if err == nil {
+			return ack.Duplicate, nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
+		return false, events.Errorf(events.CodeRequestTooLarge, "%v", err)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return false, events.Errorf(events.CodeRequestTooLarge, "%v", err)
+	}
+	return false, &events.Error{Code: events.CodeUnavailable, Message: "publish request: " + err.Error(), Retryable: true}
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// await waits for a terminal event, a reply, or the end of the wait.
+func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (Outcome, error) {
+	ticker := time.NewTicker(c.poll)
+	defer ticker.Stop()
+	for {
+		if o, err, done := w.result(); done {
+			return o, err
+		}
+		select {
+		case <-w.done:
+		case <-w.poked:
+			c.refresh(wctx, w, ws, opID)
+		case <-ticker.C:
+			c.refresh(wctx, w, ws, opID)
+		case <-wctx.Done():
+			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return Outcome{}, ctx.Err()
+			}
+			o, _, _ := w.result()
+			o.Pending = true
+			return o, nil
+		}
+	}
+}
+
+// refresh reads the op's newest event from the stream.
+func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
+	st, err := c.eventsStream(ctx)
+	if err != nil {
+		return
+	}
+	last, err := oplog.Last(ctx, st, events.OpSubject(ws, opID))
+	if err != nil {
+		return
+	}
+	if last.Type != events.TypeScrubbed {
+		w.event(last.Type, last.Data)
+		return
+	}
+	// The terminal event came before the scrub: the projection has it.
+	if op, err := c.Op(ctx, opID); err == nil {
+		w.op(op)
+	}
+}
+
+func (c *Client) eventsStream(ctx context.Context) (jetstream.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stream != nil {
+		return c.stream, nil
+	}
+	st, err := c.js.Stream(ctx, streams.Events)
+	if err != nil {
+		return nil, err
+	}
+	c.stream = st
+	return st, nil
+}
+
+// watch registers a waiter for op, subscribing to the workspace's op
+// subjects on first use.
+func (c *Client) watch(ws, opID string) (*waiter, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.subs[ws]; !ok {
+		sub, err := c.nc.Subscribe(events.OpWorkspaceSubjects(ws), c.onEvent)
+		if err != nil {
+			return nil, fmt.Errorf("subscribe %s: %w", ws, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		c.subs[ws] = sub
+	}
+	w := newWaiter(opID)
+	if c.waiters[opID] == nil {
+		c.waiters[opID] = map[*waiter]struct{}{}
+	}
+	c.waiters[opID][w] = struct{}{}
+	return w, nil
+}
+
+func (c *Client) unwatch(opID string, w *waiter) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.waiters[opID], w)
+	if len(c.waiters[opID]) == 0 {
+		delete(c.waiters, opID)
+	}
+}
+
+func (c *Client) lookup(opID string) []*waiter {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := make([]*waiter, 0, len(c.waiters[opID]))
+	for w := range c.waiters[opID] {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// onEvent dispatches a live op event to the op's waiters. Events of ops
+// nobody here waits for are not decoded.
+func (c *Client) onEvent(m *nats.Msg) {
+	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	ws := c.lookup(opID)
+	if len(ws) == 0 {
+		return
+	}
+	ev, err := events.Decode(m.Header, m.Data)
+	if err != nil {
+		return
+	}
+	data, err := events.DecodeData(ev)
+	if err != nil {
+		return
+	}
+	for _, w := range ws {
+		w.event(events.Type(ev.Type()), data)
+	}
+}
+
+// onReply dispatches the gate's reply to the op's waiters.
+func (c *Client) onReply(m *nats.Msg) {
+	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	var r events.Reply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return
+	}
+	for _, w := range c.lookup(opID) {
+		w.reply(r)
+	}
+}

@@ -1,0 +1,68 @@
+package producers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultQueryTimeout bounds a query when ctx has no deadline.
+const DefaultQueryTimeout = 5 * time.Second
+
+// Op returns the op with id as the projection holds it. It returns an
+// *events.Error with code NOT_FOUND for an op the projection does not hold
+// (yet).
+func (c *Client) Op(ctx context.Context, id string) (*events.Op, error) {
+	var op events.Op
+	if err := c.query(ctx, projector.SubjectOp, projector.OpQuery{OpID: id}, &op); err != nil {
+		return nil, err
+	}
+	return &op, nil
+}
+
+// List returns one page of ops, of one state or of all when state is "".
+func (c *Client) List(ctx context.Context, q projector.ListQuery) (*projector.ListResult, error) {
+	var res projector.ListResult
+	if err := c.query(ctx, projector.SubjectOps, q, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+func (c *Client) query(ctx context.Context, subject string, in, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultQueryTimeout)
+		defer cancel()
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	resp, err := c.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("query %s: %v", subject, err), Retryable: true}
+	}
+	return decodeResponse(resp, out)
+}
+
+// decodeResponse turns a micro service response into out or an
+// *events.Error.
+func decodeResponse(resp *nats.Msg, out any) error {
+	if code := resp.Header.Get("Nats-Service-Error-Code"); code != "" {
+		var e events.Error
+		if json.Unmarshal(resp.Data, &e) != nil || e.Code == "" {
+			e = events.Error{Code: events.Code(code), Message: resp.Header.Get("Nats-Service-Error")}
+		}
+		return &e
+	}
+	if err := json.Unmarshal(resp.Data, out); err != nil {
+		return events.Errorf(events.CodeInternal, "decode query response: %v", err)
+	}
+	return nil
+}

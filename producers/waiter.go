@@ -1,0 +1,114 @@
+package producers
+
+import (
+	"sync"
+
+	"github.com/airlock-dev/airlock/events"
+)
+
+// waiter follows one op for one Submit call.
+type waiter struct {
+	opID  string
+	done  chan struct{} // closed at a terminal outcome or a rejection
+	poked chan struct{} // asks await to read the op's newest event
+
+	mu      sync.Mutex
+	outcome Outcome
+	err     error
+	closed  bool
+}
+
+func newWaiter(opID string) *waiter {
+	return &waiter{opID: opID, done: make(chan struct{}), poked: make(chan struct{}, 1), outcome: Outcome{OpID: opID}}
+}
+
+func (w *waiter) poke() {
+	select {
+	case w.poked <- struct{}{}:
+	default:
+	}
+}
+
+// result returns the outcome so far and whether it is final.
+func (w *waiter) result() (Outcome, error, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.outcome, w.err, w.closed
+}
+
+func (w *waiter) finish() {
+	if !w.closed {
+		w.closed = true
+		close(w.done)
+	}
+}
+
+// event folds one op event into the outcome.
+func (w *waiter) event(t events.Type, data any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	o := &w.outcome
+	switch d := data.(type) {
+	case *events.Decided:
+		o.State = events.StateReady
+	case *events.Held:
+		o.State = events.StateHeld
+	case *events.Granted:
+		o.State = events.StateGranted
+	case *events.Claimed:
+		o.State = events.StateExecuting
+	case *events.Completed:
+		o.State, o.Result = events.StateCompleted, d.Result
+	case *events.Failed:
+		o.State, o.Code, o.Message = events.StateFailed, d.Code, d.Message
+	case *events.Denied:
+		o.State, o.Code, o.Message = events.StateDenied, d.Code, d.Reason
+	case *events.Expired:
+		o.State, o.Code, o.Message = events.StateExpired, events.CodeHoldExpired, "hold "+d.HoldID+" expired"
+	case *events.Ambiguous:
+		o.State, o.Code, o.Message = events.StateAmbiguous, d.Code, d.Known
+	case *events.Scrubbed:
+		// The outcome was an earlier event: read it from the projection
+		// only if needed; the state is already terminal here.
+	default:
+		return
+	}
+	if o.State.Terminal() {
+		w.finish()
+	}
+}
+
+// reply takes the gate's answer: a rejection ends the wait; a retry of an
+// existing op asks for a read of the op's newest event.
+func (w *waiter) reply(r events.Reply) {
+	w.mu.Lock()
+	if r.OpID == "" && r.Code != "" {
+		if !w.closed {
+			w.err = &events.Error{Code: r.Code, Message: r.Message}
+		}
+		w.finish()
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	if r.Existing {
+		w.poke()
+	}
+}
+
+// op takes the outcome from the projection, for a terminal op.
+func (w *waiter) op(op *events.Op) {
+	if !op.State.Terminal() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.outcome = Outcome{OpID: op.ID, State: op.State, Result: op.Result, Code: op.ErrorCode, Message: op.Error}
+	w.finish()
+}

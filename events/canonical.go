@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,10 +26,14 @@ const MaxJSONDepth = 64
 // It is stricter than RFC 8785 in three ways, each an error: invalid UTF-8,
 // duplicate object keys, and numbers whose value changes when represented
 // as an IEEE 754 double (send such values as strings). The last keeps two
-// different arguments from sharing a fingerprint.
+// different arguments from sharing a fingerprint. As RFC 8785 requires, a
+// string escape naming a lone surrogate (\ud800) is an error too.
 func Canonical(in []byte) ([]byte, error) {
 	if !utf8.Valid(in) {
 		return nil, errors.New("not valid UTF-8")
+	}
+	if loneSurrogate(in) {
+		return nil, errors.New("string escape names a lone UTF-16 surrogate")
 	}
 	dec := json.NewDecoder(bytes.NewReader(in))
 	dec.UseNumber()
@@ -227,9 +230,80 @@ func sameValue(lit, canon string) bool {
 	if len(lit) <= 15 && !strings.ContainsAny(lit, "eE") {
 		return true
 	}
-	a, ok1 := new(big.Rat).SetString(lit)
-	b, ok2 := new(big.Rat).SetString(canon)
-	return ok1 && ok2 && a.Cmp(b) == 0
+	// Compare the decimal values digit by digit: big.Rat would spend tens
+	// of milliseconds on a literal like 1e-999999.
+	an, ad, ae, ok1 := decimal(lit)
+	bn, bd, be, ok2 := decimal(canon)
+	return ok1 && ok2 && an == bn && ad == bd && ae == be
+}
+
+// decimal splits a JSON number literal into sign, significant digits
+// (no leading or trailing zeros) and exponent: -1.50e3 is (true, "15", 2).
+// Zero is (false, "", 0). ok is false for an exponent too large to use.
+func decimal(lit string) (neg bool, digits string, exp int64, ok bool) {
+	neg = strings.HasPrefix(lit, "-")
+	lit = strings.TrimPrefix(lit, "-")
+	mant, expStr, hasExp := strings.Cut(strings.ToLower(lit), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits = strings.TrimLeft(intPart+frac, "0")
+	trimmed := strings.TrimRight(digits, "0")
+	if trimmed == "" {
+		return false, "", 0, true
+	}
+	if hasExp {
+		var err error
+		if exp, err = strconv.ParseInt(expStr, 10, 64); err != nil || exp > 1<<40 || exp < -1<<40 {
+			return false, "", 0, false
+		}
+	}
+	exp += int64(len(digits)-len(trimmed)) - int64(len(frac))
+	return neg, trimmed, exp, true
+}
+
+// loneSurrogate reports whether a string in the JSON text in has a \u
+// escape naming a surrogate that is not half of a high-low pair. The
+// decoder would silently turn it into U+FFFD.
+func loneSurrogate(in []byte) bool {
+	inString := false
+	for i := 0; i < len(in); i++ {
+		switch c := in[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && i+1 < len(in) && in[i+1] == 'u':
+			r := hex4(in[i+2:])
+			switch {
+			case r < 0xd800 || r > 0xdfff:
+				i += 5
+			case r >= 0xdc00:
+				return true
+			case len(in) > i+7 && in[i+6] == '\\' && in[i+7] == 'u' && hex4(in[i+8:])>>10 == 0xdc00>>10:
+				i += 11
+			default:
+				return true
+			}
+		case c == '\\':
+			i++
+		}
+	}
+	return false
+}
+
+// hex4 decodes four hex digits at the start of b, or returns -1.
+func hex4(b []byte) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for _, c := range b[:4] {
+		v := unhex(c)
+		if v < 0 {
+			return -1
+		}
+		r = r<<4 | rune(v)
+	}
+	return r
 }
 
 // formatES implements the ECMAScript Number::toString algorithm for finite

@@ -91,11 +91,14 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 	ct := h.Get(HeaderContentType)
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == ContentTypeStructured {
 		var ev event.Event
-		if err := json.Unmarshal(body, &ev); err != nil {
+		if err := unmarshalStructured(body, &ev); err != nil {
 			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
 		}
 		if err := ev.Validate(); err != nil {
 			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
+		}
+		if spec := ev.SpecVersion(); spec != event.CloudEventsVersionV1 {
+			return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
 		}
 		return ev, nil
 	}
@@ -147,6 +150,17 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		return event.Event{}, Errorf(CodeInvalidEvent, "binary CloudEvent: %v", err)
 	}
 	return ev, nil
+}
+
+// unmarshalStructured is json.Unmarshal into ev, with the SDK's panics
+// (data_base64 that is not a string: index out of range) turned into errors.
+func unmarshalStructured(body []byte, ev *event.Event) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed event: %v", r)
+		}
+	}()
+	return json.Unmarshal(body, ev)
 }
 
 // DecodeData unmarshals ev's JSON data into the struct for its type. It

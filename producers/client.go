@@ -334,7 +334,7 @@ func (c *Client) lookup(opID string) []*waiter {
 func (c *Client) onEvent(m *nats.Msg) {
 	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	ws := c.lookup(opID)
-	if len(ws) == 0 {
+	if len(ws) == 0 || !worthDecoding(m.Header.Get(events.HeaderPrefix+"type")) {
 		return
 	}
 	ev, err := events.Decode(m.Header, m.Data)
@@ -360,4 +360,15 @@ func (c *Client) onReply(m *nats.Msg) {
 	for _, w := range c.lookup(opID) {
 		w.reply(r)
 	}
+}
+
+// worthDecoding reports whether a live op event can end a wait: only
+// terminal events can; the rest are read when the waiter polls. A
+// structured-mode event (no ce-type header) is always decoded.
+func worthDecoding(t string) bool {
+	switch events.Type(t) {
+	case events.TypeDecided, events.TypeClaimed, events.TypeHeld, events.TypeGranted:
+		return false
+	}
+	return true
 }

@@ -100,7 +100,12 @@ func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
 // Run applies messages until ctx ends. It returns nil when ctx ends and an
 // error when the store or the stream fails.
 func (p *Projector) Run(ctx context.Context) error {
-	cc := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	cc := jetstream.OrderedConsumerConfig{
+		// Requests are folded through the op's first event, which carries
+		// their digest; the projector need not read the args.
+		FilterSubjects: []string{events.OpSubjects, events.RejectedSubjects},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
 	if seq := p.applied.Load(); seq > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
@@ -197,6 +202,9 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 		return nil // already applied
 	}
 	b.SetApplied(seq)
+	if events.Type(m.Headers().Get(events.HeaderPrefix+"type")) == events.TypeRejected {
+		return nil // recorded in the stream; no op to fold
+	}
 	ev, err := events.Decode(m.Headers(), m.Data())
 	if err != nil {
 		return nil // a malformed request; the gate rejects it
@@ -209,7 +217,10 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if !isOp {
 		return nil
 	}
-	op, err := b.Op(h.OpID)
+	// The server enforced an expected last subject sequence of 0: this is
+	// the op's first event, so the op cannot exist yet.
+	first := m.Headers().Get(jetstream.ExpectedLastSubjSeqHeader) == "0"
+	op, err := b.Op(h.OpID, first)
 	if err != nil {
 		return fmt.Errorf("projector: seq %d: %w", seq, err)
 	}

@@ -17,9 +17,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 )
 
 // ErrNotFound is returned for an op the store does not hold.
@@ -37,15 +39,29 @@ var keyApplied = []byte("m/applied")
 // (the projector is the only writer); reads may run concurrently with it.
 type Store struct {
 	db *pebble.DB
+
+	// live caches ops that are not terminal, the ones the next events
+	// will touch, so applying them needs no read. Only Commit writes it.
+	mu   sync.Mutex
+	live map[string]events.Op
 }
+
+// MaxLiveCache bounds the ops the store caches in memory.
+const MaxLiveCache = 100_000
 
 // Open opens or creates the store in dir.
 func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	opts := &pebble.Options{Logger: quietLogger{}}
+	// Most lookups in the projector are for ops that do not exist yet:
+	// bloom filters answer those without reading blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, live: make(map[string]events.Op)}, nil
 }
 
 // Close closes the store. It is not safe to call twice.
@@ -147,16 +163,28 @@ func (s *Store) NewBatch() *Batch {
 
 // Op returns the op as this batch sees it, or a new zero op when the store
 // does not hold it. Changes the caller makes to it are written by Commit.
-func (b *Batch) Op(id string) (*events.Op, error) {
+// known is true when the caller knows the op is new (its event was
+// appended with expected last subject sequence 0), which saves the read.
+func (b *Batch) Op(id string, known bool) (*events.Op, error) {
 	if e, ok := b.ops[id]; ok {
 		return e.op, nil
 	}
-	op, err := b.s.Op(id)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		op = new(events.Op)
-	case err != nil:
-		return nil, err
+	op := new(events.Op)
+	if !known {
+		b.s.mu.Lock()
+		cached, ok := b.s.live[id]
+		b.s.mu.Unlock()
+		if ok {
+			*op = cached
+		} else {
+			stored, err := b.s.Op(id)
+			switch {
+			case err == nil:
+				op = stored
+			case !errors.Is(err, ErrNotFound):
+				return nil, err
+			}
+		}
 	}
 	b.ops[id] = &entry{op: op, from: op.State}
 	b.order = append(b.order, id)
@@ -215,7 +243,22 @@ func (b *Batch) Commit(sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
-	return pb.Commit(opts)
+	if err := pb.Commit(opts); err != nil {
+		return err
+	}
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	for _, id := range b.order {
+		op := b.ops[id].op
+		switch {
+		case op.State == events.StateNew:
+		case op.State.Terminal():
+			delete(b.s.live, id)
+		case len(b.s.live) < MaxLiveCache:
+			b.s.live[id] = *op
+		}
+	}
+	return nil
 }
 
 func opKey(id string) []byte { return []byte("o/" + id) }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+
+	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/spf13/cobra"
+)
+
+func newBench() *cobra.Command {
+	var (
+		cfg    bench.Config
+		asJSON bool
+		fsync   string
+		profile string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure the pipeline against raw JetStream publish on the same embedded server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.Ops < 1 || cfg.Concurrency < 1 {
+				return usageError("--ops and --concurrency must be positive")
+			}
+			switch fsync {
+			case "always":
+				cfg.SyncAlways = true
+			case "interval":
+			default:
+				return usageError("--fsync must be always or interval")
+			}
+			if !asJSON {
+				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight ...\n", cfg.Ops, cfg.Concurrency)
+			}
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			res, err := bench.Run(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(w, res)
+				return nil
+			}
+			fmt.Fprintf(w, "raw JetStream async publish: %10.0f msgs/s  (%d msgs of %d B)\n", res.RawMsgsPerS, res.RawMsgs, res.RawMsgBytes)
+			fmt.Fprintf(w, "pipeline (echo):             %10.0f ops/s   (%d/%d completed)\n", res.OpsPerS, res.Completed, res.Ops)
+			fmt.Fprintf(w, "messages per op:             %10.2f\n", res.MsgsPerOp)
+			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
+			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Ops, "ops", 20000, "echo ops to run")
+	f.IntVar(&cfg.Concurrency, "concurrency", 512, "submits in flight")
+	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
+	return cmd
+}

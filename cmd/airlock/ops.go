@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/spf13/cobra"
+)
+
+func newOps(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "ops", Short: "Look at ops as the projection holds them"}
+	cmd.AddCommand(newOpsGet(g), newOpsList(g))
+	return cmd
+}
+
+func newOpsGet(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get OP_ID",
+		Short: "Show one op",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.ValidOpID(args[0]) {
+				return usageError("%q is not an op id (op_<32 hex>)", args[0])
+			}
+			c, done, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			op, err := c.Op(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(w, op)
+				return nil
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			row := func(k, v string) {
+				if v != "" {
+					fmt.Fprintf(tw, "%s\t%s\n", k, v)
+				}
+			}
+			row("op", op.ID)
+			row("state", string(op.State))
+			row("workspace", op.Workspace)
+			row("agent", op.Agent)
+			row("tool", op.Tool+" ("+op.Class+")")
+			row("fingerprint", op.Fingerprint)
+			row("args digest", op.ArgsDigest)
+			row("policy", op.PolicyHash)
+			row("reason", op.Reason)
+			row("attempts", fmt.Sprint(op.Attempts))
+			row("error", string(op.ErrorCode)+" "+op.Error)
+			row("result", string(op.Result))
+			row("created", op.CreatedAt.Format(time.RFC3339Nano))
+			row("updated", op.UpdatedAt.Format(time.RFC3339Nano))
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the op as JSON")
+	return cmd
+}
+
+func newOpsList(g *globals) *cobra.Command {
+	var (
+		q      projector.ListQuery
+		all    bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List ops, newest last, optionally of one state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if q.State != "" {
+				if _, err := events.ParseState(q.State); err != nil {
+					return usageError("--state: %v (one of %v)", err, events.AllStates)
+				}
+			}
+			if q.Limit < 1 || q.Limit > store.MaxPage {
+				return usageError("--limit must be 1..%d", store.MaxPage)
+			}
+			c, done, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer done()
+			var ops []*events.Op
+			for {
+				page, err := c.List(cmd.Context(), q)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, page.Ops...)
+				if !all || page.Next == "" {
+					q.Cursor = page.Next
+					break
+				}
+				q.Cursor = page.Next
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(w, projector.ListResult{Ops: ops, Next: q.Cursor})
+				return nil
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "OP\tSTATE\tWORKSPACE\tAGENT\tTOOL\tCODE\tUPDATED")
+			for _, op := range ops {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", op.ID, op.State, op.Workspace, op.Agent, op.Tool, op.ErrorCode, op.UpdatedAt.Format(time.RFC3339))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if q.Cursor != "" {
+				fmt.Fprintf(w, "more: --cursor %s (or --all)\n", q.Cursor)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&q.State, "state", "", "only ops in this state")
+	f.StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
+	f.IntVar(&q.Limit, "limit", projector.DefaultPage, "page size")
+	f.BoolVar(&all, "all", false, "follow every page")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// client connects a producers client; done closes both.
+func (g *globals) client() (*producers.Client, func(), error) {
+	nc, err := g.connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := producers.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close(); nc.Close() }, nil
+}

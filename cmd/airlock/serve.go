@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/spf13/cobra"
+)
+
+// shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
+const shutdownTimeout = 30 * time.Second
+
+func newServe() *cobra.Command {
+	var (
+		cfg      app.Config
+		fsync    string
+		logLevel string
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run Airlock: embedded NATS with JetStream, gate, executors and projector in one process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch fsync {
+			case "always":
+				cfg.SyncAlways = true
+			case "interval":
+			default:
+				return usageError("--fsync must be always or interval, not %q", fsync)
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return usageError("--log-level: %v", err)
+			}
+			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cfg.NATSURL != "" {
+				cfg.Listen, cfg.Monitor = "", ""
+			}
+			cfg.Executors = append(cfg.Executors, testExecutors()...)
+			return serve(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data", "./airlock-data", "data directory (JetStream store and projection)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:4222", "embedded NATS client address (host:port)")
+	f.StringVar(&cfg.Monitor, "monitor", "127.0.0.1:8222", "embedded NATS HTTP monitoring address; empty for none")
+	f.StringVar(&cfg.NATSURL, "nats-url", "", "use this external NATS instead of the embedded server")
+	f.StringVar(&fsync, "fsync", "interval", "always: fsync before every ack (slow, survives power loss); interval: NATS default periodic fsync")
+	f.DurationVar(&cfg.Streams.Duplicates, "dedupe-window", 2*time.Minute, "JetStream duplicate window for requests (idempotency beyond it comes from op state)")
+	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
+	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
+	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func serve(ctx context.Context, cfg app.Config) error {
+	a, err := app.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("airlock serving\n  nats:    %s\n", a.ClientURL())
+	if a.Server != nil && cfg.Monitor != "" {
+		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
+	}
+	fmt.Printf("  data:    %s\n  streams: %s, %s\n", cfg.DataDir, streams.Events, streams.Work)
+	select {
+	case <-ctx.Done():
+		cfg.Logger.Info("shutting down")
+	case <-a.Done():
+		cfg.Logger.Error("a part stopped", "err", a.Err())
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := a.Shutdown(sctx); err != nil {
+		return err
+	}
+	fmt.Println("airlock stopped")
+	return nil
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/spf13/cobra"
+)
+
+func newSubmit(g *globals) *cobra.Command {
+	var (
+		req    events.Request
+		args   string
+		wait   time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit --ws W --agent A --tool T --args JSON",
+		Short: "Submit a tool request and wait for its outcome",
+		Long: `Submit a tool request and wait for its outcome.
+
+Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
+3 still pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req.Args = json.RawMessage(args)
+			if err := req.Validate(); err != nil {
+				return &exitError{code: exitUsage, err: err}
+			}
+			if wait <= 0 {
+				return usageError("--wait must be positive")
+			}
+			nc, err := g.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			c, err := producers.New(nc, producers.WithWait(wait), producers.WithSource("airlock/cli"))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			out, err := c.Submit(cmd.Context(), req)
+			return report(cmd.OutOrStdout(), out, err, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&req.Workspace, "ws", "", "workspace")
+	f.StringVar(&req.Agent, "agent", "", "agent")
+	f.StringVar(&req.Tool, "tool", "", "tool")
+	f.StringVar(&args, "args", "{}", "arguments, a JSON value")
+	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")
+	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	for _, name := range []string{"ws", "agent", "tool"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+// report prints a submit outcome and returns the exit status for it.
+func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
+	if err != nil {
+		var e *events.Error
+		if !errors.As(err, &e) {
+			if errors.Is(err, context.Canceled) {
+				return &exitError{code: exitFailed, err: err}
+			}
+			e = events.Errorf(events.CodeInternal, "%v", err)
+		}
+		if asJSON {
+			printJSON(w, map[string]any{"op_id": out.OpID, "state": "rejected", "error_code": e.Code, "error": e.Message})
+		} else {
+			fmt.Fprintf(os.Stderr, "rejected: %s: %s\n", e.Code, e.Message)
+		}
+		return &exitError{code: exitFailed}
+	}
+	if asJSON {
+		printJSON(w, out)
+	} else {
+		fmt.Fprintf(w, "%s %s", out.OpID, out.State)
+		if out.Pending {
+			fmt.Fprint(w, " (pending: wait ran out)")
+		}
+		if out.Code != "" {
+			fmt.Fprintf(w, " %s: %s", out.Code, out.Message)
+		}
+		fmt.Fprintln(w)
+		if len(out.Result) > 0 {
+			fmt.Fprintln(w, string(out.Result))
+		}
+	}
+	switch {
+	case out.Pending:
+		return &exitError{code: exitPending}
+	case out.State == events.StateCompleted:
+		return nil
+	case out.State == events.StateDenied, out.State == events.StateExpired, out.State == events.StateAmbiguous:
+		return &exitError{code: exitDenied}
+	default:
+		return &exitError{code: exitFailed}
+	}
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,8 @@
+//go:build !airlocktest
+
+package main
+
+import "github.com/airlock-dev/airlock/consumers/executor"
+
+// testExecutors is empty outside test builds.
+func testExecutors() []executor.Executor { return nil }

@@ -1,0 +1,386 @@
+package events_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-dev/airlock/events"
+)
+
+var (
+	stateHdr = events.OpHeader{OpID: testOpID, Workspace: "acme"}
+	t0       = time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
+)
+
+func testSummary() *events.Summary {
+	return &events.Summary{
+		Fingerprint:    "6f1c2b0e9a7d4c3b8e5f1a2d3c4b5a69e0d1c2b3a4958677f8e9d0c1b2a39485",
+		Agent:          "support-bot",
+		Tool:           "send_email",
+		Class:          "network",
+		ArgsDigest:     "sha256:2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae",
+		IdempotencyKey: "ticket-4711",
+		RequestSeq:     41,
+	}
+}
+
+// The events the tests apply, by name. "a1" is the attempt of the first
+// claim in every history below.
+func stateEvents() map[string]any {
+	return map[string]any{
+		"decided+summary":     &events.Decided{OpHeader: stateHdr, Request: testSummary(), PolicyHash: "sha256:p1", Reason: "tool allowed"},
+		"decided":             &events.Decided{OpHeader: stateHdr, PolicyHash: "sha256:p1", Reason: "granted by alice"},
+		"held+summary":        &events.Held{OpHeader: stateHdr, Request: testSummary(), HoldID: "hold_1", ArgsDigest: testSummary().ArgsDigest, ExpiresAt: t0.Add(time.Hour), PolicyHash: "sha256:p1", Reason: "needs approval"},
+		"held":                &events.Held{OpHeader: stateHdr, HoldID: "hold_2", PolicyHash: "sha256:p1", Reason: "again"},
+		"denied+summary":      &events.Denied{OpHeader: stateHdr, Request: testSummary(), Code: events.CodeCapabilityDenied, Reason: "destructive tool", PolicyHash: "sha256:p1"},
+		"denied":              &events.Denied{OpHeader: stateHdr, Code: events.CodeCapabilityDenied, Reason: "denied by bob", Actor: "bob"},
+		"granted":             &events.Granted{OpHeader: stateHdr, HoldID: "hold_1", ArgsDigest: testSummary().ArgsDigest, Approver: "alice", Reason: "looks fine"},
+		"expired":             &events.Expired{OpHeader: stateHdr, HoldID: "hold_1"},
+		"claimed a1":          &events.Claimed{OpHeader: stateHdr, Attempt: "a1", Executor: "send_email", WorkSeq: 50, Delivery: 1},
+		"claimed a2 recov a1": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2},
+		"claimed a2 recov zz": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2},
+		"claimed a2":          &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", WorkSeq: 51, Delivery: 1},
+		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", Result: json.RawMessage(`{"sent":true}`), ResultDigest: "sha256:r1", DurationMS: 12},
+		"completed zz":        &events.Completed{OpHeader: stateHdr, Attempt: "zz", Result: json.RawMessage(`{}`), ResultDigest: "sha256:r2"},
+		"completed":           &events.Completed{OpHeader: stateHdr, Result: json.RawMessage(`{}`), ResultDigest: "sha256:r2"},
+		"failed":              &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
+		"failed a1":           &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
+		"failed zz":           &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
+		"ambiguous a1":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
+		"ambiguous zz":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
+		"scrubbed":            &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
+	}
+}
+
+// Histories that bring an op to each state, by name.
+var stateHistories = map[string][]string{
+	"new":                {},
+	"ready":              {"decided+summary"},
+	"held":               {"held+summary"},
+	"granted":            {"held+summary", "granted"},
+	"ready after grant":  {"held+summary", "granted", "decided"},
+	"executing":          {"decided+summary", "claimed a1"},
+	"completed":          {"decided+summary", "claimed a1", "completed a1"},
+	"failed":             {"decided+summary", "failed"},
+	"failed executing":   {"decided+summary", "claimed a1", "failed a1"},
+	"denied":             {"denied+summary"},
+	"denied after hold":  {"held+summary", "denied"},
+	"expired":            {"held+summary", "expired"},
+	"ambiguous":          {"decided+summary", "claimed a1", "ambiguous a1"},
+	"completed scrubbed": {"decided+summary", "claimed a1", "completed a1", "scrubbed"},
+	"denied scrubbed":    {"denied+summary", "scrubbed"},
+}
+
+// allowed is the transition table as the state machine documents it:
+// history name -> event name -> state after. Every pair not listed must be
+// refused.
+var allowed = map[string]map[string]events.State{
+	"new": {
+		"decided+summary": events.StateReady,
+		"held+summary":    events.StateHeld,
+		"denied+summary":  events.StateDenied,
+	},
+	"ready": {
+		"claimed a1":          events.StateExecuting,
+		"claimed a2":          events.StateExecuting,
+		"claimed a2 recov a1": events.StateExecuting,
+		"claimed a2 recov zz": events.StateExecuting,
+		"failed":              events.StateFailed,
+		"failed a1":           events.StateFailed,
+		"failed zz":           events.StateFailed,
+	},
+	"held": {
+		"granted":        events.StateGranted,
+		"denied":         events.StateDenied,
+		"denied+summary": events.StateDenied,
+		"expired":        events.StateExpired,
+	},
+	"granted": {
+		"decided":         events.StateReady,
+		"decided+summary": events.StateReady,
+		"denied":          events.StateDenied,
+		"denied+summary":  events.StateDenied,
+	},
+	"executing": {
+		"claimed a2 recov a1": events.StateExecuting,
+		"completed a1":        events.StateCompleted,
+		"failed a1":           events.StateFailed,
+		"ambiguous a1":        events.StateAmbiguous,
+	},
+	"completed":          {"scrubbed": events.StateCompleted},
+	"failed":             {"scrubbed": events.StateFailed},
+	"failed executing":   {"scrubbed": events.StateFailed},
+	"denied":             {"scrubbed": events.StateDenied},
+	"denied after hold":  {"scrubbed": events.StateDenied},
+	"expired":            {"scrubbed": events.StateExpired},
+	"ambiguous":          {"scrubbed": events.StateAmbiguous},
+	"completed scrubbed": {},
+	"denied scrubbed":    {},
+}
+
+func init() {
+	allowed["ready after grant"] = allowed["ready"]
+}
+
+// opAfter applies the named history to a fresh op, one second apart with
+// stream sequences 10, 11, ...
+func opAfter(t *testing.T, history string) *events.Op {
+	t.Helper()
+	names, ok := stateHistories[history]
+	require.True(t, ok, history)
+	evs := stateEvents()
+	op := &events.Op{}
+	for i, name := range names {
+		require.NoError(t, op.Apply(evs[name], uint64(10+i), t0.Add(time.Duration(i)*time.Second)), "history %s, event %s", history, name)
+	}
+	return op
+}
+
+func TestApplyTransitionTable(t *testing.T) {
+	require.Len(t, allowed, len(stateHistories))
+	for history := range stateHistories {
+		for evName := range stateEvents() {
+			t.Run(history+"/"+evName, func(t *testing.T) {
+				op := opAfter(t, history)
+				before := *op
+				seq := uint64(100)
+				at := t0.Add(time.Hour)
+				err := op.Apply(stateEvents()[evName], seq, at)
+				want, ok := allowed[history][evName]
+				if !ok {
+					require.Error(t, err)
+					assert.Equal(t, events.CodeInvalidEvent, events.CodeOf(err), "error: %v", err)
+					assert.ErrorIs(t, err, &events.Error{Code: events.CodeInvalidEvent})
+					assert.Equal(t, before, *op, "a refused event leaves the op unchanged")
+					return
+				}
+				require.NoError(t, err)
+				assert.Equal(t, want, op.State)
+				assert.Equal(t, seq, op.Version)
+				assert.Equal(t, at, op.UpdatedAt)
+				assert.Equal(t, testOpID, op.ID)
+				assert.Equal(t, "acme", op.Workspace)
+				if history == "new" {
+					assert.Equal(t, seq, op.FirstSeq)
+					assert.Equal(t, at, op.CreatedAt)
+				} else {
+					assert.Equal(t, before.FirstSeq, op.FirstSeq)
+					assert.Equal(t, before.CreatedAt, op.CreatedAt)
+				}
+			})
+		}
+	}
+}
+
+func TestApplyForbidden(t *testing.T) {
+	evs := stateEvents()
+	otherOp := &events.Decided{OpHeader: events.OpHeader{OpID: "op_00000000000000000000000000000000", Workspace: "acme"}, PolicyHash: "p"}
+	tests := []struct {
+		name    string
+		history string
+		ev      any
+		msg     string
+	}{
+		{name: "decided without summary first", history: "new", ev: evs["decided"], msg: "decided cannot start an op"},
+		{name: "held without summary first", history: "new", ev: evs["held"], msg: "held cannot start an op"},
+		{name: "denied without summary first", history: "new", ev: evs["denied"], msg: "denied cannot start an op"},
+		{name: "claimed first", history: "new", ev: evs["claimed a1"], msg: "claimed cannot start an op"},
+		{name: "scrubbed first", history: "new", ev: evs["scrubbed"], msg: "scrubbed cannot start an op"},
+		{name: "granted from ready", history: "ready", ev: evs["granted"], msg: "granted not allowed in state ready"},
+		{name: "decided twice", history: "ready", ev: evs["decided+summary"], msg: "decided not allowed in state ready"},
+		{name: "completed from ready", history: "ready", ev: evs["completed a1"], msg: "completed not allowed in state ready"},
+		{name: "completed wrong attempt", history: "executing", ev: evs["completed zz"], msg: "completed not allowed in state executing"},
+		{name: "completed no attempt", history: "executing", ev: evs["completed"], msg: "completed not allowed in state executing"},
+		{name: "failed wrong attempt", history: "executing", ev: evs["failed zz"], msg: "failed not allowed in state executing"},
+		{name: "failed no attempt while executing", history: "executing", ev: evs["failed"], msg: "failed not allowed in state executing"},
+		{name: "ambiguous wrong attempt", history: "executing", ev: evs["ambiguous zz"], msg: "ambiguous not allowed in state executing"},
+		{name: "second claim without recovery", history: "executing", ev: evs["claimed a2"], msg: "claimed not allowed in state executing"},
+		{name: "recovery of another attempt", history: "executing", ev: evs["claimed a2 recov zz"], msg: "claimed not allowed in state executing"},
+		{name: "claimed while held", history: "held", ev: evs["claimed a1"], msg: "claimed not allowed in state held"},
+		{name: "expired after grant", history: "granted", ev: evs["expired"], msg: "expired not allowed in state granted"},
+		{name: "granted twice", history: "granted", ev: evs["granted"], msg: "granted not allowed in state granted"},
+		{name: "second scrubbed", history: "completed scrubbed", ev: evs["scrubbed"], msg: "scrubbed not allowed in state completed"},
+		{name: "scrubbed before terminal", history: "executing", ev: evs["scrubbed"], msg: "scrubbed not allowed in state executing"},
+		{name: "completed twice", history: "completed", ev: evs["completed a1"], msg: "completed not allowed in state completed"},
+		{name: "claimed after completed", history: "completed", ev: evs["claimed a2 recov a1"], msg: "claimed not allowed in state completed"},
+		{name: "failed after ambiguous", history: "ambiguous", ev: evs["failed a1"], msg: "failed not allowed in state ambiguous"},
+		{name: "granted after expired", history: "expired", ev: evs["granted"], msg: "granted not allowed in state expired"},
+		{name: "decided after denied", history: "denied", ev: evs["decided"], msg: "decided not allowed in state denied"},
+		{name: "event of another op", history: "granted", ev: otherOp, msg: "applied to op " + testOpID},
+		{name: "request is not an op event", history: "ready", ev: &events.Request{Workspace: "acme"}, msg: "*events.Request is not an op event"},
+		{name: "rejected is not an op event", history: "new", ev: &events.Rejected{Code: events.CodeInvalidArgs}, msg: "*events.Rejected is not an op event"},
+		{name: "struct value, not pointer", history: "new", ev: events.Decided{OpHeader: stateHdr, Request: testSummary()}, msg: "events.Decided is not an op event"},
+		{name: "nil event", history: "ready", ev: nil, msg: "<nil> is not an op event"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := opAfter(t, tt.history)
+			before := *op
+			err := op.Apply(tt.ev, 100, t0.Add(time.Hour))
+			require.Error(t, err)
+			assert.Equal(t, events.CodeInvalidEvent, events.CodeOf(err))
+			assert.Contains(t, err.Error(), tt.msg)
+			assert.Equal(t, before, *op)
+		})
+	}
+}
+
+func TestApplyLifecycle(t *testing.T) {
+	evs := stateEvents()
+	op := &events.Op{}
+	steps := []struct {
+		ev    string
+		state events.State
+	}{
+		{"held+summary", events.StateHeld},
+		{"granted", events.StateGranted},
+		{"decided", events.StateReady},
+		{"claimed a1", events.StateExecuting},
+		{"claimed a2 recov a1", events.StateExecuting},
+		{"completed a1", ""}, // a1 was superseded by a2
+		{"scrubbed", ""},     // not terminal yet
+	}
+	seq := uint64(1)
+	for _, s := range steps {
+		err := op.Apply(evs[s.ev], seq, t0.Add(time.Duration(seq)*time.Minute))
+		if s.state == "" {
+			requireCode(t, err, events.CodeInvalidEvent)
+			continue
+		}
+		require.NoError(t, err, s.ev)
+		assert.Equal(t, s.state, op.State, s.ev)
+		seq++
+	}
+	done := &events.Completed{OpHeader: stateHdr, Attempt: "a2", Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9", DurationMS: 40, Recovered: true}
+	require.NoError(t, op.Apply(done, 6, t0.Add(6*time.Minute)))
+	require.NoError(t, op.Apply(evs["scrubbed"], 7, t0.Add(7*time.Minute)))
+
+	sum := testSummary()
+	want := events.Op{
+		ID: testOpID, Workspace: "acme", State: events.StateCompleted,
+		Agent: sum.Agent, Tool: sum.Tool, Class: sum.Class, Fingerprint: sum.Fingerprint,
+		ArgsDigest: sum.ArgsDigest, RequestSeq: sum.RequestSeq,
+		PolicyHash: "sha256:p1", Reason: "granted by alice", HoldID: "hold_1",
+		Attempt: "a2", Attempts: 2,
+		Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9",
+		Scrubbed: true,
+		Version:  7, FirstSeq: 1,
+		CreatedAt: t0.Add(time.Minute), UpdatedAt: t0.Add(7 * time.Minute),
+	}
+	assert.Equal(t, want, *op)
+	assert.Equal(t, testOpID+" acme/send_email completed", op.String())
+}
+
+func TestApplyFields(t *testing.T) {
+	evs := stateEvents()
+	sum := testSummary()
+	tests := []struct {
+		name    string
+		history string
+		ev      string
+		check   func(t *testing.T, op *events.Op)
+	}{
+		{name: "decided records the summary", history: "new", ev: "decided+summary", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, sum.Agent, op.Agent)
+			assert.Equal(t, sum.Tool, op.Tool)
+			assert.Equal(t, sum.Class, op.Class)
+			assert.Equal(t, sum.Fingerprint, op.Fingerprint)
+			assert.Equal(t, sum.ArgsDigest, op.ArgsDigest)
+			assert.Equal(t, sum.RequestSeq, op.RequestSeq)
+			assert.Equal(t, "sha256:p1", op.PolicyHash)
+			assert.Equal(t, "tool allowed", op.Reason)
+			assert.Empty(t, op.HoldID)
+		}},
+		{name: "held records the hold", history: "new", ev: "held+summary", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "hold_1", op.HoldID)
+			assert.Equal(t, "needs approval", op.Reason)
+			assert.Equal(t, sum.Tool, op.Tool)
+		}},
+		{name: "granted keeps the summary", history: "held", ev: "granted", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "looks fine", op.Reason)
+			assert.Equal(t, "hold_1", op.HoldID)
+			assert.Equal(t, sum.Fingerprint, op.Fingerprint)
+		}},
+		{name: "policy denial", history: "new", ev: "denied+summary", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, events.CodeCapabilityDenied, op.ErrorCode)
+			assert.Equal(t, "destructive tool", op.Error)
+			assert.Equal(t, "sha256:p1", op.PolicyHash)
+			assert.Equal(t, sum.Agent, op.Agent)
+		}},
+		{name: "approver denial keeps the policy hash", history: "held", ev: "denied", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "denied by bob", op.Error)
+			assert.Equal(t, "sha256:p1", op.PolicyHash)
+		}},
+		{name: "expired", history: "held", ev: "expired", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, events.CodeHoldExpired, op.ErrorCode)
+			assert.Equal(t, "hold expired unresolved", op.Error)
+		}},
+		{name: "claimed counts attempts", history: "ready", ev: "claimed a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "a1", op.Attempt)
+			assert.Equal(t, 1, op.Attempts)
+		}},
+		{name: "recovery claim", history: "executing", ev: "claimed a2 recov a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "a2", op.Attempt)
+			assert.Equal(t, 2, op.Attempts)
+		}},
+		{name: "completed stores the result", history: "executing", ev: "completed a1", check: func(t *testing.T, op *events.Op) {
+			assert.JSONEq(t, `{"sent":true}`, string(op.Result))
+			assert.Equal(t, "sha256:r1", op.ResultDigest)
+			assert.Empty(t, op.ErrorCode)
+		}},
+		{name: "failed", history: "executing", ev: "failed a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, events.CodeExecutorFailed, op.ErrorCode)
+			assert.Equal(t, "smtp 550", op.Error)
+			assert.Nil(t, op.Result)
+		}},
+		{name: "failed from ready", history: "ready", ev: "failed", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, events.CodeRequestUnavailable, op.ErrorCode)
+			assert.Equal(t, 0, op.Attempts)
+		}},
+		{name: "ambiguous", history: "executing", ev: "ambiguous a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, events.CodeAmbiguous, op.ErrorCode)
+			assert.Equal(t, "request sent, no reply", op.Error)
+		}},
+		{name: "scrubbed keeps the result", history: "completed", ev: "scrubbed", check: func(t *testing.T, op *events.Op) {
+			assert.True(t, op.Scrubbed)
+			assert.JSONEq(t, `{"sent":true}`, string(op.Result))
+			assert.Equal(t, events.StateCompleted, op.State)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			op := opAfter(t, tt.history)
+			require.NoError(t, op.Apply(evs[tt.ev], 100, t0.Add(time.Hour)))
+			tt.check(t, op)
+		})
+	}
+}
+
+func TestStateTerminal(t *testing.T) {
+	terminal := map[events.State]bool{
+		events.StateCompleted: true, events.StateFailed: true, events.StateDenied: true,
+		events.StateExpired: true, events.StateAmbiguous: true,
+	}
+	for _, s := range append([]events.State{events.StateNew}, events.AllStates...) {
+		t.Run(fmt.Sprintf("%q", s), func(t *testing.T) {
+			assert.Equal(t, terminal[s], s.Terminal())
+		})
+	}
+}
+
+func TestParseState(t *testing.T) {
+	for _, s := range events.AllStates {
+		got, err := events.ParseState(string(s))
+		require.NoError(t, err)
+		assert.Equal(t, s, got)
+	}
+	for _, bad := range []string{"", "READY", "scrubbed", "new"} {
+		_, err := events.ParseState(bad)
+		requireCode(t, err, events.CodeInvalidQuery)
+	}
+}

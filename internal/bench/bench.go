@@ -1,0 +1,213 @@
+// Package bench measures the pipeline against raw JetStream on the same
+// embedded server and storage settings, in one run.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/natsrv"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures a benchmark run.
+type Config struct {
+	// Ops is the number of echo ops; default 20000.
+	Ops int
+	// Concurrency is the number of submits in flight; default 512.
+	Concurrency int
+	// Dir is a scratch directory; default a new temporary one, removed
+	// after the run.
+	Dir string
+	// SyncAlways fsyncs every write, as `serve --fsync always` does.
+	SyncAlways bool
+	// Progress, when set, is called after each completed op.
+	Progress func(done int)
+}
+
+// Result is what a run measured. JSON keys are API.
+type Result struct {
+	Ops         int     `json:"ops"`
+	Concurrency int     `json:"concurrency"`
+	RawMsgs     int     `json:"raw_msgs"`
+	RawMsgBytes int     `json:"raw_msg_bytes"`
+	RawMsgsPerS float64 `json:"raw_msgs_per_s"`
+	OpsPerS     float64 `json:"ops_per_s"`
+	MsgsPerOp   float64 `json:"msgs_per_op"`
+	// Efficiency is ops/s x msgs per op / raw msgs/s: the share of raw
+	// JetStream publish throughput the pipeline turns into ops.
+	Efficiency float64 `json:"efficiency"`
+	P50MS      float64 `json:"p50_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	Completed  int     `json:"completed"`
+	SyncAlways bool    `json:"sync_always"`
+}
+
+// Run measures the pipeline, then raw async publish of as many messages as
+// the pipeline stored, of the same mean size, on a fresh server with the
+// same settings.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Ops <= 0 {
+		cfg.Ops = 20000
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 512
+	}
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "airlock-bench-")
+		if err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(dir)
+		cfg.Dir = dir
+	}
+	res := Result{Ops: cfg.Ops, Concurrency: cfg.Concurrency, SyncAlways: cfg.SyncAlways}
+	msgs, bytes, err := pipeline(ctx, cfg, &res)
+	if err != nil {
+		return res, fmt.Errorf("pipeline: %w", err)
+	}
+	res.MsgsPerOp = float64(msgs) / float64(cfg.Ops)
+	res.RawMsgs = int(msgs)
+	res.RawMsgBytes = int(bytes / max(msgs, 1))
+	if res.RawMsgsPerS, err = raw(ctx, cfg, res.RawMsgs, res.RawMsgBytes); err != nil {
+		return res, fmt.Errorf("raw: %w", err)
+	}
+	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
+	return res, nil
+}
+
+// pipeline runs cfg.Ops echo ops through a whole Airlock and returns how
+// many messages, and bytes, the streams took.
+func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64, err error) {
+	a, err := app.Start(ctx, app.Config{DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet()})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer a.Shutdown(context.WithoutCancel(ctx))
+	nc, err := nats.Connect("", nats.InProcessServer(a.Server))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer nc.Close()
+	c, err := producers.New(nc, producers.WithWait(2*time.Minute))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+
+	lat := make([]time.Duration, cfg.Ops)
+	var next, done, completed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.Ops || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				out, err := c.Submit(ctx, events.Request{
+					Workspace: "bench", Agent: "bench", Tool: "echo",
+					Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
+					IdempotencyKey: fmt.Sprintf("bench-%d", i),
+				})
+				lat[i] = time.Since(t0)
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				if out.State == events.StateCompleted {
+					completed.Add(1)
+				}
+				if n := done.Add(1); cfg.Progress != nil {
+					cfg.Progress(int(n))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	res.Completed = int(completed.Load())
+	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()
+	slices.Sort(lat)
+	res.P50MS = ms(lat[len(lat)/2])
+	res.P99MS = ms(lat[len(lat)*99/100])
+	for _, name := range []string{streams.Events, streams.Work} {
+		st, err := a.JetStream.Stream(ctx, name)
+		if err != nil {
+			return 0, 0, err
+		}
+		// Work items are deleted when acked: count what was ever stored.
+		msgs += st.CachedInfo().State.LastSeq
+		bytes += st.CachedInfo().State.Bytes
+	}
+	return msgs, bytes, nil
+}
+
+// raw publishes n messages of size bytes asynchronously to a stream with
+// the events stream's storage settings on a fresh embedded server.
+func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
+	s, err := natsrv.Start(natsrv.Config{DataDir: filepath.Join(cfg.Dir, "raw"), SyncAlways: cfg.SyncAlways})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	var failed atomic.Int64
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
+	if err != nil {
+		return 0, err
+	}
+	sc := streams.EventsConfig(streams.Config{})
+	sc.Name, sc.Subjects = "BENCH_RAW", []string{"bench.raw.>"}
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		return 0, err
+	}
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	start := time.Now()
+	for i := range n {
+		if _, err := js.PublishAsync(fmt.Sprintf("bench.raw.%d", i%1024), payload); err != nil {
+			return 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	if f := failed.Load(); f > 0 {
+		return 0, fmt.Errorf("%d of %d raw publishes failed", f, n)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

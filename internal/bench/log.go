@@ -1,0 +1,8 @@
+package bench
+
+import (
+	"io"
+	"log/slog"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -100,6 +100,9 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		if spec := ev.SpecVersion(); spec != event.CloudEventsVersionV1 {
 			return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
 		}
+		if err := checkTime(ev); err != nil {
+			return event.Event{}, err
+		}
 		return ev, nil
 	}
 	spec := h.Get(HeaderPrefix + "specversion")
@@ -149,7 +152,21 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 	if err := ev.Validate(); err != nil {
 		return event.Event{}, Errorf(CodeInvalidEvent, "binary CloudEvent: %v", err)
 	}
+	if err := checkTime(ev); err != nil {
+		return event.Event{}, err
+	}
 	return ev, nil
+}
+
+// checkTime refuses a time that Encode, which writes it in UTC, could not
+// write as RFC 3339: 0000-01-01T00:00:00+01:00 is in year -1 in UTC.
+func checkTime(ev event.Event) error {
+	if t := ev.Time(); !t.IsZero() {
+		if y := t.UTC().Year(); y < 0 || y > 9999 {
+			return Errorf(CodeInvalidEvent, "time %s is outside years 0000-9999 in UTC", t.Format(time.RFC3339Nano))
+		}
+	}
+	return nil
 }
 
 // unmarshalStructured is json.Unmarshal into ev, with the SDK's panics

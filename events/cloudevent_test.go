@@ -272,6 +272,8 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "bad ce-time no zone", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-01-02T03:04:05"); return h }, msg: "not RFC 3339"},
 		{name: "bad ce-time month 13", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-13-02T03:04:05Z"); return h }, msg: "not RFC 3339"},
 		{name: "bad ce-time space", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-01-02 03:04:05Z"); return h }, msg: "not RFC 3339"},
+		{name: "ce-time before year 0 in UTC", header: func() nats.Header { h := good(); h.Set("ce-time", "0000-01-01T00:00:00+01:00"); return h }, msg: "outside years 0000-9999 in UTC"},
+		{name: "ce-time after year 9999 in UTC", header: func() nats.Header { h := good(); h.Set("ce-time", "9999-12-31T23:00:00-02:00"); return h }, msg: "outside years 0000-9999 in UTC"},
 		{name: "empty ce-time", header: func() nats.Header { h := good(); h.Set("ce-time", ""); return h }, msg: "not RFC 3339"},
 		{name: "percent at end", header: func() nats.Header { h := good(); h.Set("ce-subject", "op%"); return h }, msg: "bad percent-encoding"},
 		{name: "percent one digit", header: func() nats.Header { h := good(); h.Set("ce-subject", "op%4"); return h }, msg: "bad percent-encoding"},
@@ -300,6 +302,8 @@ func TestDecodeErrors(t *testing.T) {
 			body: `{"specversion":"1.0","source":"s","id":"1"}`, msg: "type"},
 		{name: "structured bad time", header: func() nats.Header { return structured() },
 			body: `{"specversion":"1.0","type":"t","source":"s","id":"1","time":"noon"}`, msg: "structured CloudEvent"},
+		{name: "structured time after year 9999 in UTC", header: func() nats.Header { return structured() },
+			body: `{"specversion":"1.0","type":"t","source":"s","id":"1","time":"9999-12-31T23:59:59-00:01"}`, msg: "outside years 0000-9999 in UTC"},
 		{name: "structured bad base64", header: func() nats.Header { return structured() },
 			body: `{"specversion":"1.0","type":"t","source":"s","id":"1","data_base64":"!!!"}`, msg: "structured CloudEvent"},
 		// The SDK panics on a one-byte non-string data_base64; Decode must not.

@@ -27,8 +27,12 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// Registry holds the executors to run. Required.
 	Registry *Registry
-	// Workers is how many calls of one tool run at once; default 16.
+	// Workers bounds the calls of one batch that run at once, and the
+	// batch size; default 64.
 	Workers int
+	// Loops is how many batches of one tool are in hand at once; a slow
+	// call holds up only its own batch. Default 4.
+	Loops int
 	// ClaimTimeout is how long a claimed op may go without a heartbeat
 	// before its work item is redelivered and recovery decides; default
 	// 30s. Runners heartbeat every third of it while a call runs.
@@ -46,7 +50,10 @@ func (c *Config) Validate() error {
 		return errors.New("executor: JetStream and Registry are required")
 	}
 	if c.Workers <= 0 {
-		c.Workers = 16
+		c.Workers = 64
+	}
+	if c.Loops <= 0 {
+		c.Loops = 4
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 30 * time.Second
@@ -96,51 +103,218 @@ func (r *Runner) Run(ctx context.Context) error {
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       r.cfg.ClaimTimeout,
 			MaxDeliver:    -1,
-			MaxAckPending: 4 * r.cfg.Workers,
+			MaxAckPending: 2 * r.cfg.Loops * r.cfg.Workers,
 		})
 		if err != nil {
 			return fmt.Errorf("executor: consumer for %s: %w", tool, err)
 		}
 		g.Go(func() error {
-			return pull.Work(gctx, cons, r.cfg.Workers, func(ctx context.Context, m jetstream.Msg) {
-				r.handle(ctx, ex, m)
+			return pull.Batches(gctx, cons, r.cfg.Loops, r.cfg.Workers, func(ctx context.Context, msgs []jetstream.Msg) {
+				r.handleBatch(ctx, ex, msgs)
 			})
 		})
 	}
 	return g.Wait()
 }
 
-// handle settles one work item.
-func (r *Runner) handle(ctx context.Context, ex Executor, m jetstream.Msg) {
+// job is one work item of a batch.
+type job struct {
+	m     jetstream.Msg
+	d     delivery
+	log   *slog.Logger
+	call  Call
+	fetch error
+	claim *oplog.Pending
+	seq   uint64 // sequence of this attempt's claim
+	err   error  // how the item settles; see settle
+}
+
+// handleBatch settles a batch of work items: args are fetched together,
+// claims appended together, the calls run concurrently (at most Workers at
+// once), and the outcomes appended together before the items are acked.
+func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.Msg) {
+	jobs := make([]*job, 0, len(msgs))
+	for _, m := range msgs {
+		if j := r.newJob(m); j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	defer func() {
+		for _, j := range jobs {
+			r.inflight.release(j.d.item.OpID)
+		}
+	}()
+	stopBeat := r.heartbeat(jobs)
+	defer stopBeat()
+
+	r.each(jobs, func(j *job) { j.call, j.fetch = r.fetch(ctx, j.d.item) })
+	for _, j := range jobs {
+		if j.fetch == nil {
+			j.call.Attempt = nuid.Next()
+			j.claim = oplog.Start(r.cfg.JetStream, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, j.d.item.OpID, r.claimEvent(ex, j))
+		}
+	}
+	var run []*job
+	for _, j := range jobs {
+		switch {
+		case j.fetch != nil:
+			j.err = r.unfetched(ctx, j)
+		default:
+			seq, err := j.claim.Wait(ctx, r.events)
+			switch {
+			case errors.Is(err, oplog.ErrConflict):
+				j.err = r.conflict(ctx, ex, j)
+			case err != nil:
+				j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
+			default:
+				j.seq = seq
+				run = append(run, j)
+			}
+		}
+	}
+	type ran struct {
+		result json.RawMessage
+		err    error
+		took   time.Duration
+	}
+	outs := make(map[*job]ran, len(run))
+	var mu sync.Mutex
+	r.each(run, func(j *job) {
+		start := time.Now()
+		res, err := ex.Execute(ctx, j.call)
+		mu.Lock()
+		outs[j] = ran{res, err, time.Since(start)}
+		mu.Unlock()
+	})
+	records := make([]*oplog.Pending, len(run))
+	for i, j := range run {
+		o := outs[j]
+		if ctx.Err() != nil && o.err != nil {
+			// Shut down mid-call: the claim stands and recovery decides.
+			j.err = fmt.Errorf("execute %s: %w", j.d.item.OpID, ctx.Err())
+			continue
+		}
+		typ, data := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
+		records[i] = oplog.Start(r.cfg.JetStream, subjectOf(j.d.item), j.seq, typ, Source, j.d.item.OpID, data)
+	}
+	for i, j := range run {
+		if records[i] == nil {
+			continue
+		}
+		if _, err := records[i].Wait(ctx, r.events); err != nil && !errors.Is(err, oplog.ErrConflict) {
+			o := outs[j]
+			j.err = r.record(ctx, j.call, j.d.item, j.seq, o.result, o.err, o.took, false)
+		}
+	}
+	for _, j := range jobs {
+		r.settle(j)
+	}
+}
+
+// newJob decodes a work item; nil means it was settled here.
+func (r *Runner) newJob(m jetstream.Msg) *job {
 	var item events.WorkItem
 	md, merr := m.Metadata()
 	if err := json.Unmarshal(m.Data(), &item); merr != nil || err != nil || !events.ValidOpID(item.OpID) || !events.ValidName(item.Workspace) {
 		r.cfg.Logger.Error("work item does not decode; dropped", "subject", m.Subject(), "err", errors.Join(merr, err))
 		_ = m.Term()
-		return
+		return nil
 	}
-	log := r.cfg.Logger.With("op", item.OpID, "ws", item.Workspace)
 	if !r.inflight.take(item.OpID) {
-		return // another copy is running here; leave this delivery alone
+		return nil // another copy is in hand here; leave this delivery alone
 	}
-	defer r.inflight.release(item.OpID)
-	stopBeat := r.heartbeat(m)
-	defer stopBeat()
-	d := delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered}
-	switch err := r.run(ctx, ex, d, log); {
+	return &job{
+		m:   m,
+		d:   delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered},
+		log: r.cfg.Logger.With("op", item.OpID, "ws", item.Workspace),
+	}
+}
+
+// settle acks, naks or leaves a work item as its job's error says.
+func (r *Runner) settle(j *job) {
+	switch err := j.err; {
 	case err == nil:
-		_ = m.Ack()
+		_ = j.m.Ack()
 	case errors.Is(err, errLeave):
 		// A newer delivery of this item holds the claim: it settles it.
 	case errors.Is(err, errNotClaimed):
-		log.Warn("op not claimed; will retry", "err", err)
-		_ = m.NakWithDelay(time.Second)
+		j.log.Warn("op not claimed; will retry", "err", err)
+		_ = j.m.NakWithDelay(time.Second)
 	default:
 		// Claimed but not settled: leave the item unacked, so it comes
 		// back after ClaimTimeout and recovery decides.
-		log.Warn("op left to recovery", "err", err)
+		j.log.Warn("op left to recovery", "err", err)
 	}
 }
+
+// each runs f for every job, at most Workers at once, and waits.
+func (r *Runner) each(jobs []*job, f func(*job)) {
+	if len(jobs) == 1 {
+		f(jobs[0])
+		return
+	}
+	sem := make(chan struct{}, r.cfg.Workers)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(j)
+		}()
+	}
+	wg.Wait()
+}
+
+func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
+	return &events.Claimed{
+		OpHeader: hdr(j.d.item), Attempt: j.call.Attempt, Executor: ex.Tool(),
+		WorkSeq: j.d.workSeq, Delivery: j.d.n,
+	}
+}
+
+// unfetched settles a job whose args could not be read: a transient
+// failure is retried; args that are gone fail the op if it is still ready.
+func (r *Runner) unfetched(ctx context.Context, j *job) error {
+	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
+		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
+	}
+	_, err := r.append(ctx, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeFailed, &events.Failed{
+		OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error(),
+	})
+	if err != nil && !errors.Is(err, oplog.ErrConflict) {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	return nil
+}
+
+// conflict settles a job whose claim lost: the op moved on, another copy of
+// the work item claimed it, or an earlier delivery of this very item
+// claimed it and its runner is gone.
+func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
+	last, err := oplog.Last(ctx, r.events, subjectOf(j.d.item))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	c, ok := last.Data.(*events.Claimed)
+	switch {
+	case !ok:
+		j.log.Debug("op already moved on; work item dropped", "event_type", last.Type)
+		return nil
+	case c.WorkSeq != j.d.workSeq:
+		return nil // claimed through another copy of the work item
+	case c.Delivery >= j.d.n:
+		return errLeave
+	}
+	claim := r.claimEvent(ex, j)
+	claim.Recovers = c.Attempt
+	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
+}
+
+func subjectOf(item events.WorkItem) string { return events.OpSubject(item.Workspace, item.OpID) }
 
 var (
 	errLeave      = errors.New("executor: a newer delivery holds the claim")
@@ -154,8 +328,9 @@ type delivery struct {
 	n       uint64 // its delivery count
 }
 
-// heartbeat tells JetStream the item is still in hand until stopped.
-func (r *Runner) heartbeat(m jetstream.Msg) func() {
+// heartbeat tells JetStream the jobs' items are still in hand until
+// stopped.
+func (r *Runner) heartbeat(jobs []*job) func() {
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
@@ -165,61 +340,15 @@ func (r *Runner) heartbeat(m jetstream.Msg) func() {
 		for {
 			select {
 			case <-t.C:
-				_ = m.InProgress()
+				for _, j := range jobs {
+					_ = j.m.InProgress()
+				}
 			case <-done:
 				return
 			}
 		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-// run takes the op from ready (or from a lost claim) to a terminal event.
-// A nil error means the work item is settled.
-func (r *Runner) run(ctx context.Context, ex Executor, d delivery, log *slog.Logger) error {
-	item := d.item
-	subject := events.OpSubject(item.Workspace, item.OpID)
-	call, ferr := r.fetch(ctx, item)
-	if ferr != nil && events.CodeOf(ferr) != events.CodeRequestUnavailable {
-		return fmt.Errorf("%w: %w", errNotClaimed, ferr)
-	}
-	call.Attempt = nuid.Next()
-	if ferr != nil {
-		// The args are gone: fail the op if it is still ready.
-		_, err := r.append(ctx, subject, item.ReadySeq, events.TypeFailed, &events.Failed{
-			OpHeader: hdr(item), Code: events.CodeRequestUnavailable, Message: ferr.Error(),
-		})
-		if err != nil && !errors.Is(err, oplog.ErrConflict) {
-			return fmt.Errorf("%w: %w", errNotClaimed, err)
-		}
-		return nil
-	}
-	claim := &events.Claimed{OpHeader: hdr(item), Attempt: call.Attempt, Executor: ex.Tool(), WorkSeq: d.workSeq, Delivery: d.n}
-	seq, err := r.append(ctx, subject, item.ReadySeq, events.TypeClaimed, claim)
-	if errors.Is(err, oplog.ErrConflict) {
-		last, lerr := oplog.Last(ctx, r.events, subject)
-		if lerr != nil {
-			return fmt.Errorf("%w: %w", errNotClaimed, lerr)
-		}
-		c, ok := last.Data.(*events.Claimed)
-		switch {
-		case !ok:
-			log.Debug("op already moved on; work item dropped", "event_type", last.Type)
-			return nil
-		case c.WorkSeq != d.workSeq:
-			return nil // claimed through another copy of the work item
-		case c.Delivery >= d.n:
-			return errLeave
-		}
-		// An earlier delivery of this very item claimed the op and its
-		// runner stopped heartbeating: that attempt is lost.
-		claim.Recovers = c.Attempt
-		return r.recover(ctx, ex, call, item, claim, last.Seq, log)
-	}
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNotClaimed, err)
-	}
-	return r.execute(ctx, ex, call, item, seq, false)
 }
 
 // recover settles an op whose attempt claim.Recovers was claimed by a runner that is

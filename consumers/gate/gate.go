@@ -29,8 +29,10 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// Policy decides each request. Required.
 	Policy *policy.Policy
-	// Workers is how many requests are handled at once; default 32.
-	Workers int
+	// Loops is how many batches are handled at once; default 2.
+	Loops int
+	// MaxBatch bounds the requests of one batch; default 256.
+	MaxBatch int
 	// AckWait is how long a request may be in hand before JetStream
 	// redelivers it; default 30s.
 	AckWait time.Duration
@@ -46,8 +48,11 @@ func (c *Config) Validate() error {
 	if c.Conn == nil || c.JetStream == nil || c.Policy == nil {
 		return errors.New("gate: Conn, JetStream and Policy are required")
 	}
-	if c.Workers <= 0 {
-		c.Workers = 32
+	if c.Loops <= 0 {
+		c.Loops = 2
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 256
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
@@ -90,40 +95,116 @@ func (g *Gate) Run(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       g.cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 8 * g.cfg.Workers,
+		MaxAckPending: 4 * g.cfg.Loops * g.cfg.MaxBatch,
 	})
 	if err != nil {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}
-	return pull.Work(ctx, cons, g.cfg.Workers, g.handle)
+	return pull.Batches(ctx, cons, g.cfg.Loops, g.cfg.MaxBatch, g.handleBatch)
 }
 
-// handle settles one request message: it returns after acking or naking it.
-func (g *Gate) handle(ctx context.Context, m jetstream.Msg) {
+// admission is one request of a batch on its way to an op.
+type admission struct {
+	m      jetstream.Msg
+	req    *events.Request
+	reqSeq uint64
+	opID   string
+	state  events.State
+	code   events.Code
+	append *oplog.Pending
+	work   jetstream.PubAckFuture
+	reply  events.Reply
+	done   bool // settled (acked or naked)
+}
+
+// handleBatch settles a batch of request messages with two round trips in
+// all: the ops' first events are appended together, then the work items
+// of the ready ones are published together, then every request is acked.
+func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	defer cancel()
+	adms := make([]*admission, 0, len(msgs))
+	for _, m := range msgs {
+		if a := g.start(ctx, m); a != nil {
+			adms = append(adms, a)
+		}
+	}
+	for _, a := range adms {
+		seq, err := a.append.Wait(wctx, g.events)
+		switch {
+		case errors.Is(err, oplog.ErrConflict):
+			r, err := g.existing(wctx, a.req, a.reqSeq, events.OpSubject(a.req.Workspace, a.opID), a.opID)
+			if err != nil {
+				g.retry(a.m, "existing "+a.opID, err)
+				a.done = true
+				continue
+			}
+			a.reply = r
+		case err != nil:
+			g.retry(a.m, "admit "+a.opID, err)
+			a.done = true
+		default:
+			a.reply = events.Reply{OpID: a.opID, State: a.state, Code: a.code}
+			if a.state == events.StateReady {
+				a.work, err = g.startItem(events.WorkItem{
+					OpID: a.opID, Workspace: a.req.Workspace, Agent: a.req.Agent, Tool: a.req.Tool,
+					RequestSeq: a.reqSeq, ReadySeq: seq,
+				})
+				if err != nil {
+					g.retry(a.m, "work item "+a.opID, err)
+					a.done = true
+				}
+			}
+			g.cfg.Logger.Debug("op admitted", "op", a.opID, "ws", a.req.Workspace, "state", a.state, "seq", seq)
+		}
+	}
+	for _, a := range adms {
+		if a.done {
+			continue
+		}
+		if a.work != nil {
+			select {
+			case <-a.work.Ok():
+			case err := <-a.work.Err():
+				g.retry(a.m, "work item "+a.opID, err)
+				continue
+			case <-wctx.Done():
+				g.retry(a.m, "work item "+a.opID, wctx.Err())
+				continue
+			}
+		}
+		g.reply(a.m.Headers().Get(events.HeaderReplyTo), a.reply)
+		_ = a.m.Ack()
+	}
+}
+
+// start parses one request and starts the append of its op's first event.
+// A request that is bad input is rejected and settled here (nil result).
+func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	md, err := m.Metadata()
 	if err != nil {
-		g.cfg.Logger.Error("request metadata", "err", err)
+		g.cfg.Logger.Error("request metadata", "subject", m.Subject(), "err", err)
 		_ = m.Term()
-		return
+		return nil
 	}
-	reply := m.Headers().Get(events.HeaderReplyTo)
 	req, rerr := g.parse(m)
 	if rerr != nil {
 		if err := g.reject(ctx, m, md.Sequence.Stream, rerr); err != nil {
 			g.retry(m, "reject", err)
-			return
+			return nil
 		}
-		g.reply(reply, events.Reply{Code: rerr.Code, Message: rerr.Message})
+		g.reply(m.Headers().Get(events.HeaderReplyTo), events.Reply{Code: rerr.Code, Message: rerr.Message})
 		_ = m.Ack()
-		return
+		return nil
 	}
-	r, err := g.admit(ctx, req, md.Sequence.Stream)
-	if err != nil {
-		g.retry(m, "admit "+events.OpID(req.Fingerprint()), err)
-		return
+	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: events.OpID(req.Fingerprint())}
+	typ, data := g.firstEvent(req, a.opID, a.reqSeq)
+	a.state, a.code = events.StateReady, ""
+	if d, ok := data.(*events.Denied); ok {
+		a.state, a.code = events.StateDenied, d.Code
 	}
-	g.reply(reply, r)
-	_ = m.Ack()
+	a.append = oplog.Start(g.cfg.JetStream, events.OpSubject(req.Workspace, a.opID), 0, typ, Source, a.opID, data)
+	return a
 }
 
 func (g *Gate) retry(m jetstream.Msg, what string, err error) {
@@ -177,12 +258,9 @@ func subjectWorkspace(subject string) string {
 	return ws
 }
 
-// admit creates the op for a valid request, or finds the op a previous copy
-// of the request created, and makes sure a ready op has a work item.
-func (g *Gate) admit(ctx context.Context, req *events.Request, reqSeq uint64) (events.Reply, error) {
-	fp := req.Fingerprint()
-	opID := events.OpID(fp)
-	subject := events.OpSubject(req.Workspace, opID)
+// firstEvent is the op's first event for a valid request: decided when
+// policy allows it, denied otherwise. Either carries the request summary.
+func (g *Gate) firstEvent(req *events.Request, opID string, reqSeq uint64) (events.Type, any) {
 	d := g.cfg.Policy.Decide(req)
 	sum := &events.Summary{
 		Fingerprint:    req.FingerprintHex(),
@@ -194,36 +272,10 @@ func (g *Gate) admit(ctx context.Context, req *events.Request, reqSeq uint64) (e
 		RequestSeq:     reqSeq,
 	}
 	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
-	var typ events.Type
-	var data any
-	state := events.StateReady
 	if d.Outcome == policy.Allow {
-		typ, data = events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason}
-	} else {
-		typ, data = events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash}
-		state = events.StateDenied
+		return events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason}
 	}
-	seq, err := oplog.Append(ctx, g.cfg.JetStream, g.events, subject, 0, typ, Source, opID, data)
-	if errors.Is(err, oplog.ErrConflict) {
-		return g.existing(ctx, req, reqSeq, subject, opID)
-	}
-	if err != nil {
-		return events.Reply{}, err
-	}
-	if state == events.StateReady {
-		if err := g.publishWork(ctx, req, opID, reqSeq, seq); err != nil {
-			return events.Reply{}, err
-		}
-	}
-	g.cfg.Logger.Debug("op admitted", "op", opID, "ws", req.Workspace, "event_type", typ, "seq", seq)
-	return events.Reply{OpID: opID, State: state, Code: deniedCode(data)}, nil
-}
-
-func deniedCode(data any) events.Code {
-	if d, ok := data.(*events.Denied); ok {
-		return d.Code
-	}
-	return ""
+	return events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash}
 }
 
 // existing handles a request whose op already exists. The op's newest
@@ -279,26 +331,33 @@ func stateAfter(t events.Type) events.State {
 	return events.StateReady
 }
 
-func (g *Gate) publishWork(ctx context.Context, req *events.Request, opID string, reqSeq, readySeq uint64) error {
-	return g.publishItem(ctx, events.WorkItem{
-		OpID: opID, Workspace: req.Workspace, Agent: req.Agent, Tool: req.Tool,
-		RequestSeq: reqSeq, ReadySeq: readySeq,
-	})
-}
-
-func (g *Gate) publishItem(ctx context.Context, item events.WorkItem) error {
+// startItem publishes a work item without waiting. Its Nats-Msg-Id names
+// the op and the sequence it became ready at, so republishing it within the
+// dedupe window stores nothing new.
+func (g *Gate) startItem(item events.WorkItem) (jetstream.PubAckFuture, error) {
 	body, err := json.Marshal(item)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msg := nats.NewMsg(events.WorkSubject(item.Workspace, item.Tool))
 	msg.Header.Set(events.HeaderContentType, events.ContentTypeJSON)
 	msg.Data = body
-	_, err = g.cfg.JetStream.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("%s:%d", item.OpID, item.ReadySeq)))
+	return g.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("%s:%d", item.OpID, item.ReadySeq)))
+}
+
+func (g *Gate) publishItem(ctx context.Context, item events.WorkItem) error {
+	fut, err := g.startItem(item)
 	if err != nil {
-		return fmt.Errorf("publish work item %s: %w", item.OpID, err)
+		return err
 	}
-	return nil
+	select {
+	case <-fut.Ok():
+		return nil
+	case err := <-fut.Err():
+		return fmt.Errorf("publish work item %s: %w", item.OpID, err)
+	case <-ctx.Done():
+		return fmt.Errorf("publish work item %s: %w", item.OpID, ctx.Err())
+	}
 }
 
 // reject records a request.rejected event for a bad request.

@@ -50,9 +50,8 @@ type Config struct {
 	Policy policy.Spec
 	// Executors are registered besides echo.
 	Executors []executor.Executor
-	// GateWorkers, ExecWorkers and ClaimTimeout tune the consumers; zero
-	// keeps their defaults.
-	GateWorkers  int
+	// ExecWorkers and ClaimTimeout tune the executors; zero keeps their
+	// defaults.
 	ExecWorkers  int
 	ClaimTimeout time.Duration
 	// ProjectorSync fsyncs every projector batch.
@@ -150,7 +149,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		tools[t] = c // the policy file wins over an executor's own class
 	}
 	spec.Tools = tools
-	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: policy.New(spec), Workers: cfg.GateWorkers, Logger: cfg.Logger})
+	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: policy.New(spec), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

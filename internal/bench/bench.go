@@ -194,7 +194,7 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 	}
 	start := time.Now()
 	for i := range n {
-		if _, err := js.PublishAsync(fmt.Sprintf("bench.raw.%d", i%1024), payload); err != nil {
+		if _, err := js.PublishAsync(fmt.Sprintf("bench.raw.%d", i%1024), payload, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
 	}

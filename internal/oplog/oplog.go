@@ -1,12 +1,17 @@
 // Package oplog appends transitions to an op's own subject with JetStream's
 // compare-and-swap (Nats-Expected-Last-Subject-Sequence) and reads the
 // newest one back. It is the only way Airlock writes op events.
+//
+// Appends are asynchronous: Start publishes and returns at once, Wait
+// resolves the outcome. Callers start a batch of appends and then wait for
+// them, so a batch costs one round trip instead of one per op.
 package oplog
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/nats-io/nats.go"
@@ -17,6 +22,9 @@ import (
 // another writer's transition won. Read the op again and decide.
 var ErrConflict = errors.New("oplog: compare-and-swap lost")
 
+// ErrEmpty means the subject holds no event: the op does not exist.
+var ErrEmpty = errors.New("oplog: no event on subject")
+
 // Event is an op event read back from the stream.
 type Event struct {
 	Type events.Type
@@ -25,45 +33,97 @@ type Event struct {
 	Data any    // the *T of events.DecodeData
 }
 
-// Append publishes one transition of type t to subject, expecting the
-// subject's last stream sequence to be expect (0 for a new op). It returns
-// the new event's stream sequence, or an error wrapping ErrConflict when the
-// compare-and-swap lost.
-//
-// When the publish's outcome is unknown (a timeout after the server may
-// have stored it), Append reads the subject back: its own event there means
-// success; the subject unmoved means it is safe to publish once more.
-func Append(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, subject string, expect uint64, t events.Type, source, opID string, data any) (uint64, error) {
+// Pending is one append in flight.
+type Pending struct {
+	js      jetstream.JetStream
+	subject string
+	expect  uint64
+	typ     events.Type
+	msg     *nats.Msg
+	id      string
+	fut     jetstream.PubAckFuture
+	err     error
+}
+
+// Start publishes one transition of type t to subject, expecting the
+// subject's last stream sequence to be expect (0 for a new op), and returns
+// without waiting for the server.
+func Start(js jetstream.JetStream, subject string, expect uint64, t events.Type, source, opID string, data any) *Pending {
+	p := &Pending{js: js, subject: subject, expect: expect, typ: t}
 	ev, err := events.NewEvent(t, source, opID, data)
 	if err != nil {
-		return 0, err
+		p.err = err
+		return p
 	}
-	for try := 0; ; try++ {
-		ack, err := js.PublishMsg(ctx, events.Encode(subject, ev), jetstream.WithExpectLastSequencePerSubject(expect))
-		if err == nil {
+	p.id = ev.ID()
+	p.msg = events.Encode(subject, ev)
+	p.fut, p.err = js.PublishMsgAsync(p.msg, jetstream.WithExpectLastSequencePerSubject(expect))
+	return p
+}
+
+// Wait returns the appended event's stream sequence, or an error wrapping
+// ErrConflict when the compare-and-swap lost.
+//
+// When the outcome is unknown (no answer before ctx ends or the publish
+// timed out after the server may have stored it), Wait reads the subject
+// back: its own event there means success; the subject unmoved means it is
+// safe to publish once more, which it does, synchronously.
+func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, error) {
+	err := p.err
+	if err == nil {
+		select {
+		case ack := <-p.fut.Ok():
+			return ack.Sequence, nil
+		case err = <-p.fut.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if IsConflict(err) {
+		return 0, fmt.Errorf("%w: %s expected %d: %v", ErrConflict, p.subject, p.expect, err)
+	}
+	if p.msg == nil || !unknownOutcome(err) {
+		return 0, fmt.Errorf("append %s to %s: %w", p.typ.Short(), p.subject, err)
+	}
+	rctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+		defer cancel()
+	}
+	last, lerr := Last(rctx, stream, p.subject)
+	switch {
+	case lerr == nil && last.ID == p.id:
+		return last.Seq, nil // it landed
+	case errors.Is(lerr, ErrEmpty) && p.expect == 0, lerr == nil && last.Seq == p.expect:
+		ack, perr := p.js.PublishMsg(rctx, p.msg, jetstream.WithExpectLastSequencePerSubject(p.expect))
+		if perr == nil {
 			return ack.Sequence, nil
 		}
-		if IsConflict(err) {
-			return 0, fmt.Errorf("%w: %s expected %d: %v", ErrConflict, subject, expect, err)
+		if IsConflict(perr) {
+			return 0, fmt.Errorf("%w: %s expected %d: %v", ErrConflict, p.subject, p.expect, perr)
 		}
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return 0, fmt.Errorf("append %s to %s: %w", t.Short(), subject, err)
-		}
-		if try > 0 || ctx.Err() != nil {
-			return 0, fmt.Errorf("append %s to %s: outcome unknown: %w", t.Short(), subject, err)
-		}
-		last, lerr := Last(ctx, stream, subject)
-		switch {
-		case lerr == nil && last.ID == ev.ID():
-			return last.Seq, nil // it landed
-		case errors.Is(lerr, ErrEmpty) && expect == 0, lerr == nil && last.Seq == expect:
-			continue // it did not land; publish once more
-		case lerr == nil:
-			return 0, fmt.Errorf("%w: %s moved to %d while publishing", ErrConflict, subject, last.Seq)
-		default:
-			return 0, fmt.Errorf("append %s to %s: outcome unknown: %w", t.Short(), subject, err)
-		}
+		return 0, fmt.Errorf("append %s to %s: outcome unknown: %w", p.typ.Short(), p.subject, perr)
+	case lerr == nil:
+		return 0, fmt.Errorf("%w: %s moved to %d while publishing", ErrConflict, p.subject, last.Seq)
+	default:
+		return 0, fmt.Errorf("append %s to %s: outcome unknown: %w", p.typ.Short(), p.subject, errors.Join(err, lerr))
 	}
+}
+
+// resolveTimeout bounds the read-back of an append whose outcome is unknown.
+const resolveTimeout = 5 * time.Second
+
+func unknownOutcome(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
+// Append is Start and Wait.
+func Append(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, subject string, expect uint64, t events.Type, source, opID string, data any) (uint64, error) {
+	return Start(js, subject, expect, t, source, opID, data).Wait(ctx, stream)
 }
 
 // IsConflict reports whether err is JetStream's wrong-last-sequence error.
@@ -75,9 +135,6 @@ func IsConflict(err error) bool {
 	}
 	return errors.Is(err, ErrConflict)
 }
-
-// ErrEmpty means the subject holds no event: the op does not exist.
-var ErrEmpty = errors.New("oplog: no event on subject")
 
 // Last returns the newest event on an op subject, or ErrEmpty.
 func Last(ctx context.Context, stream jetstream.Stream, subject string) (*Event, error) {

@@ -1,0 +1,198 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/airlock-dev/airlock/internal/testexec"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countingApp starts Airlock with the durable counting executor.
+func countingApp(t *testing.T, cfg app.Config) (*app.App, *testexec.Counter) {
+	t.Helper()
+	c := &testexec.Counter{Dir: t.TempDir()}
+	cfg.Executors = append(cfg.Executors, c)
+	return testenv.StartApp(t, cfg), c
+}
+
+// executions counts the records the counter left for op; a DOUBLE file
+// means some op ran twice.
+func executions(t *testing.T, c *testexec.Counter, op string) int {
+	t.Helper()
+	_, err := os.Stat(filepath.Join(c.Dir, "DOUBLE"))
+	require.True(t, os.IsNotExist(err), "an op executed twice")
+	if _, err := os.Stat(filepath.Join(c.Dir, op)); err == nil {
+		return 1
+	}
+	return 0
+}
+
+func requestMsg(t *testing.T, req events.Request) *nats.Msg {
+	t.Helper()
+	require.NoError(t, req.Validate())
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	ev, err := events.NewEventRaw(events.TypeRequested, "test", "", req.FingerprintHex(), body)
+	require.NoError(t, err)
+	return events.Encode(events.RequestSubject(req.Workspace), ev)
+}
+
+// opEvents returns the types of every event on an op's subject, in order.
+func opEvents(t *testing.T, js jetstream.JetStream, ws, op string) []events.Type {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, streams.Events, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpSubject(ws, op)}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	n := int(info.NumPending)
+	var types []events.Type
+	if n == 0 {
+		return nil
+	}
+	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		types = append(types, events.Type(m.Headers().Get("ce-type")))
+	}
+	require.NoError(t, batch.Error())
+	return types
+}
+
+func waitTerminal(t *testing.T, a *app.App, op string) *events.Op {
+	t.Helper()
+	var got *events.Op
+	require.Eventually(t, func() bool {
+		o, err := a.Store.Op(op)
+		if err != nil {
+			return false
+		}
+		got = o
+		return o.State.Terminal()
+	}, 20*time.Second, 10*time.Millisecond)
+	return got
+}
+
+func TestDuplicatePublishRunsOnce(t *testing.T) {
+	a, counter := countingApp(t, app.Config{})
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":1}`)}
+	msg := requestMsg(t, req)
+	fp := req.FingerprintHex()
+	op := events.OpID(req.Fingerprint())
+	ctx := context.Background()
+	acks := make([]*jetstream.PubAck, 5)
+	for i := range acks {
+		ack, err := a.JetStream.PublishMsg(ctx, msg, jetstream.WithMsgID(fp))
+		require.NoError(t, err)
+		acks[i] = ack
+	}
+	for _, ack := range acks[1:] {
+		assert.True(t, ack.Duplicate)
+		assert.Equal(t, acks[0].Sequence, ack.Sequence)
+	}
+	got := waitTerminal(t, a, op)
+	assert.Equal(t, events.StateCompleted, got.State)
+	assert.Equal(t, 1, executions(t, counter, op))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, a.JetStream, "ws", op))
+}
+
+func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
+	a, counter := countingApp(t, app.Config{Streams: streams.Config{Duplicates: 200 * time.Millisecond}})
+	c, _ := testenv.Client(t, a.ClientURL())
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":2}`)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, first.State)
+
+	time.Sleep(400 * time.Millisecond) // let the dedupe window pass: this is the point of the test
+	before, err := a.JetStream.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	reqsBefore := before.CachedInfo().State.Msgs
+
+	second, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, first.OpID, second.OpID)
+	assert.Equal(t, events.StateCompleted, second.State)
+	assert.JSONEq(t, string(first.Result), string(second.Result))
+
+	after, err := a.JetStream.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	assert.Equal(t, reqsBefore+1, after.CachedInfo().State.Msgs, "the retry is stored (the window passed) but adds no op event")
+	assert.Equal(t, 1, executions(t, counter, first.OpID))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, a.JetStream, "ws", first.OpID))
+}
+
+func TestRacingExecutorsRunOnce(t *testing.T) {
+	// Two Airlocks share one NATS: two gates, two runners, one stream.
+	n := testenv.StartNATS(t, streams.Config{})
+	counter := &testexec.Counter{Dir: t.TempDir()}
+	var apps []*app.App
+	for range 2 {
+		apps = append(apps, testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter}}))
+	}
+	ctx := context.Background()
+	const ops = 40
+	var ids []string
+	for i := range ops {
+		req := events.Request{Workspace: "race", Agent: "ag", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+		_, err := n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+		require.NoError(t, err)
+		ids = append(ids, events.OpID(req.Fingerprint()))
+	}
+	// Every op gets extra copies of its work item, with fresh msg ids, so
+	// both runners hold a copy of each.
+	st, err := n.JetStream.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			assert.Eventually(t, func() bool {
+				raw, err := st.GetLastMsgForSubject(ctx, events.OpSubject("race", id))
+				if err != nil {
+					return false
+				}
+				if raw.Header.Get("ce-type") != string(events.TypeDecided) {
+					return true // already moving
+				}
+				var d events.Decided
+				if !assert.NoError(t, json.Unmarshal(raw.Data, &d)) {
+					return true
+				}
+				item, _ := json.Marshal(events.WorkItem{OpID: id, Workspace: "race", Agent: "ag", Tool: "count", RequestSeq: d.Request.RequestSeq, ReadySeq: raw.Sequence})
+				for k := range 3 {
+					_, err := n.JetStream.Publish(ctx, events.WorkSubject("race", "count"), item, jetstream.WithMsgID(fmt.Sprintf("%s-copy-%d", id, k)))
+					assert.NoError(t, err)
+				}
+				return true
+			}, 10*time.Second, 5*time.Millisecond)
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		got := waitTerminal(t, apps[0], id)
+		assert.Equal(t, events.StateCompleted, got.State, id)
+		assert.Equal(t, 1, got.Attempts, id)
+		assert.Equal(t, 1, executions(t, counter, id), id)
+		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, n.JetStream, "race", id))
+	}
+}

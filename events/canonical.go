@@ -2,12 +2,9 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -32,122 +29,15 @@ func Canonical(in []byte) ([]byte, error) {
 	if !utf8.Valid(in) {
 		return nil, errors.New("not valid UTF-8")
 	}
-	if loneSurrogate(in) {
-		return nil, errors.New("string escape names a lone UTF-16 surrogate")
-	}
-	dec := json.NewDecoder(bytes.NewReader(in))
-	dec.UseNumber()
-	var out bytes.Buffer
-	out.Grow(len(in))
-	if err := canonValue(dec, &out, 0); err != nil {
+	p := canonParser{in: in, out: make([]byte, 0, len(in))}
+	if err := p.value(0); err != nil {
 		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	p.skipSpace()
+	if p.pos != len(p.in) {
 		return nil, errors.New("trailing data after JSON value")
 	}
-	return out.Bytes(), nil
-}
-
-func canonValue(dec *json.Decoder, out *bytes.Buffer, depth int) error {
-	tok, err := dec.Token()
-	if err != nil {
-		if err == io.EOF {
-			return errors.New("unexpected end of JSON")
-		}
-		return err
-	}
-	return canonToken(dec, tok, out, depth)
-}
-
-func canonToken(dec *json.Decoder, tok json.Token, out *bytes.Buffer, depth int) error {
-	switch v := tok.(type) {
-	case json.Delim:
-		if depth >= MaxJSONDepth {
-			return fmt.Errorf("nesting deeper than %d", MaxJSONDepth)
-		}
-		if v == '[' {
-			return canonArray(dec, out, depth+1)
-		}
-		return canonObject(dec, out, depth+1)
-	case string:
-		writeCanonString(out, v)
-	case json.Number:
-		s, err := canonNumber(string(v))
-		if err != nil {
-			return err
-		}
-		out.WriteString(s)
-	case bool:
-		if v {
-			out.WriteString("true")
-		} else {
-			out.WriteString("false")
-		}
-	case nil:
-		out.WriteString("null")
-	}
-	return nil
-}
-
-func canonArray(dec *json.Decoder, out *bytes.Buffer, depth int) error {
-	out.WriteByte('[')
-	for i := 0; ; i++ {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if d, ok := tok.(json.Delim); ok && d == ']' {
-			out.WriteByte(']')
-			return nil
-		}
-		if i > 0 {
-			out.WriteByte(',')
-		}
-		if err := canonToken(dec, tok, out, depth); err != nil {
-			return err
-		}
-	}
-}
-
-type member struct {
-	key   string
-	value []byte
-}
-
-func canonObject(dec *json.Decoder, out *bytes.Buffer, depth int) error {
-	var members []member
-	seen := make(map[string]struct{})
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if d, ok := tok.(json.Delim); ok && d == '}' {
-			break
-		}
-		key := tok.(string) // the decoder only yields strings in key position
-		if _, dup := seen[key]; dup {
-			return fmt.Errorf("duplicate object key %q", key)
-		}
-		seen[key] = struct{}{}
-		var val bytes.Buffer
-		if err := canonValue(dec, &val, depth); err != nil {
-			return err
-		}
-		members = append(members, member{key: key, value: val.Bytes()})
-	}
-	sort.Slice(members, func(i, j int) bool { return lessUTF16(members[i].key, members[j].key) })
-	out.WriteByte('{')
-	for i, m := range members {
-		if i > 0 {
-			out.WriteByte(',')
-		}
-		writeCanonString(out, m.key)
-		out.WriteByte(':')
-		out.Write(m.value)
-	}
-	out.WriteByte('}')
-	return nil
+	return p.out, nil
 }
 
 // lessUTF16 orders strings by their UTF-16 code units, as RFC 8785 requires.
@@ -176,35 +66,7 @@ func isASCII(s string) bool {
 const hexDigits = "0123456789abcdef"
 
 func writeCanonString(out *bytes.Buffer, s string) {
-	out.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"':
-			out.WriteString(`\"`)
-		case '\\':
-			out.WriteString(`\\`)
-		case '\b':
-			out.WriteString(`\b`)
-		case '\f':
-			out.WriteString(`\f`)
-		case '\n':
-			out.WriteString(`\n`)
-		case '\r':
-			out.WriteString(`\r`)
-		case '\t':
-			out.WriteString(`\t`)
-		default:
-			if c < 0x20 {
-				out.WriteString(`\u00`)
-				out.WriteByte(hexDigits[c>>4])
-				out.WriteByte(hexDigits[c&0xf])
-			} else {
-				out.WriteByte(c)
-			}
-		}
-	}
-	out.WriteByte('"')
+	out.Write(appendCanonString(nil, s))
 }
 
 // canonNumber formats a JSON number literal as ECMAScript's
@@ -262,51 +124,7 @@ func decimal(lit string) (neg bool, digits string, exp int64, ok bool) {
 
 // loneSurrogate reports whether a string in the JSON text in has a \u
 // escape naming a surrogate that is not half of a high-low pair. The
-// decoder would silently turn it into U+FFFD.
-func loneSurrogate(in []byte) bool {
-	inString := false
-	for i := 0; i < len(in); i++ {
-		switch c := in[i]; {
-		case !inString:
-			inString = c == '"'
-		case c == '"':
-			inString = false
-		case c == '\\' && i+1 < len(in) && in[i+1] == 'u':
-			r := hex4(in[i+2:])
-			switch {
-			case r < 0xd800 || r > 0xdfff:
-				i += 5
-			case r >= 0xdc00:
-				return true
-			case len(in) > i+7 && in[i+6] == '\\' && in[i+7] == 'u' && hex4(in[i+8:])>>10 == 0xdc00>>10:
-				i += 11
-			default:
-				return true
-			}
-		case c == '\\':
-			i++
-		}
-	}
-	return false
-}
 
-// hex4 decodes four hex digits at the start of b, or returns -1.
-func hex4(b []byte) rune {
-	if len(b) < 4 {
-		return -1
-	}
-	var r rune
-	for _, c := range b[:4] {
-		v := unhex(c)
-		if v < 0 {
-			return -1
-		}
-		r = r<<4 | rune(v)
-	}
-	return r
-}
-
-// formatES implements the ECMAScript Number::toString algorithm for finite
 // doubles.
 func formatES(f float64) string {
 	if f == 0 {

@@ -88,7 +88,6 @@ type Client struct {
 
 	mu      sync.Mutex
 	stream  jetstream.Stream
-	subs    map[string]*nats.Subscription // by workspace
 	replies *nats.Subscription
 	waiters map[string]map[*waiter]struct{}
 }
@@ -102,7 +101,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{
 		nc: nc, js: js, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
 		source: DefaultSource, inbox: nc.NewRespInbox(),
-		subs: map[string]*nats.Subscription{}, waiters: map[string]map[*waiter]struct{}{},
+		waiters: map[string]map[*waiter]struct{}{},
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -121,16 +120,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var errs []error
-	for ws, s := range c.subs {
-		errs = append(errs, s.Unsubscribe())
-		delete(c.subs, ws)
+	if c.replies == nil {
+		return nil
 	}
-	if c.replies != nil {
-		errs = append(errs, c.replies.Unsubscribe())
-		c.replies = nil
-	}
-	return errors.Join(errs...)
+	err := c.replies.Unsubscribe()
+	c.replies = nil
+	return err
 }
 
 // Outcome is where a submitted op stands when Submit returns.
@@ -166,10 +161,7 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 	}
 	fp := req.FingerprintHex()
 	opID := events.OpID(req.Fingerprint())
-	w, err := c.watch(req.Workspace, opID)
-	if err != nil {
-		return Outcome{}, err
-	}
+	w := c.watch(opID)
 	defer c.unwatch(opID, w)
 
 	wctx, cancel := context.WithTimeout(ctx, c.wait)
@@ -289,25 +281,16 @@ func (c *Client) eventsStream(ctx context.Context) (jetstream.Stream, error) {
 	return st, nil
 }
 
-// watch registers a waiter for op, subscribing to the workspace's op
-// subjects on first use.
-func (c *Client) watch(ws, opID string) (*waiter, error) {
+// watch registers a waiter for op's replies.
+func (c *Client) watch(opID string) *waiter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.subs[ws]; !ok {
-		sub, err := c.nc.Subscribe(events.OpWorkspaceSubjects(ws), c.onEvent)
-		if err != nil {
-			return nil, fmt.Errorf("subscribe %s: %w", ws, err)
-		}
-		_ = sub.SetPendingLimits(-1, -1)
-		c.subs[ws] = sub
-	}
 	w := newWaiter(opID)
 	if c.waiters[opID] == nil {
 		c.waiters[opID] = map[*waiter]struct{}{}
 	}
 	c.waiters[opID][w] = struct{}{}
-	return w, nil
+	return w
 }
 
 func (c *Client) unwatch(opID string, w *waiter) {
@@ -329,28 +312,8 @@ func (c *Client) lookup(opID string) []*waiter {
 	return ws
 }
 
-// onEvent dispatches a live op event to the op's waiters. Events of ops
-// nobody here waits for are not decoded.
-func (c *Client) onEvent(m *nats.Msg) {
-	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	ws := c.lookup(opID)
-	if len(ws) == 0 || !worthDecoding(m.Header.Get(events.HeaderPrefix+"type")) {
-		return
-	}
-	ev, err := events.Decode(m.Header, m.Data)
-	if err != nil {
-		return
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return
-	}
-	for _, w := range ws {
-		w.event(events.Type(ev.Type()), data)
-	}
-}
-
-// onReply dispatches the gate's reply to the op's waiters.
+// onReply dispatches a reply, from the gate or an executor, to the op's
+// waiters.
 func (c *Client) onReply(m *nats.Msg) {
 	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	var r events.Reply
@@ -360,15 +323,4 @@ func (c *Client) onReply(m *nats.Msg) {
 	for _, w := range c.lookup(opID) {
 		w.reply(r)
 	}
-}
-
-// worthDecoding reports whether a live op event can end a wait: only
-// terminal events can; the rest are read when the waiter polls. A
-// structured-mode event (no ce-type header) is always decoded.
-func worthDecoding(t string) bool {
-	switch events.Type(t) {
-	case events.TypeDecided, events.TypeClaimed, events.TypeHeld, events.TypeGranted:
-		return false
-	}
-	return true
 }

@@ -81,20 +81,26 @@ func (w *waiter) event(t events.Type, data any) {
 	}
 }
 
-// reply takes the gate's answer: a rejection ends the wait; a retry of an
-// existing op asks for a read of the op's newest event.
+// reply takes an answer on the request's inbox: a rejection or a terminal
+// outcome ends the wait; a retry of an existing op that is not terminal asks
+// for a read of the op's newest event.
 func (w *waiter) reply(r events.Reply) {
 	w.mu.Lock()
-	if r.OpID == "" && r.Code != "" {
-		if !w.closed {
-			w.err = &events.Error{Code: r.Code, Message: r.Message}
-		}
-		w.finish()
-		w.mu.Unlock()
+	defer w.mu.Unlock()
+	if w.closed {
 		return
 	}
-	w.mu.Unlock()
-	if r.Existing {
+	switch {
+	case r.OpID == "" && r.Code != "":
+		w.err = &events.Error{Code: r.Code, Message: r.Message}
+		w.finish()
+	case r.State.Terminal():
+		w.outcome = Outcome{OpID: w.opID, State: r.State, Result: r.Result, Code: r.Code, Message: r.Message}
+		w.finish()
+	default:
+		if r.State != "" {
+			w.outcome.State = r.State
+		}
 		w.poke()
 	}
 }

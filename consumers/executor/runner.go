@@ -204,7 +204,11 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		if records[i] == nil {
 			continue
 		}
-		if _, err := records[i].Wait(ctx, r.events); err != nil && !errors.Is(err, oplog.ErrConflict) {
+		_, err := records[i].Wait(ctx, r.events)
+		switch {
+		case err == nil:
+			r.answer(j.d.item, records[i].Data())
+		case !errors.Is(err, oplog.ErrConflict):
 			o := outs[j]
 			j.err = r.record(ctx, j.call, j.d.item, j.seq, o.result, o.err, o.took, false)
 		}
@@ -282,9 +286,11 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
-	_, err := r.append(ctx, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeFailed, &events.Failed{
-		OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error(),
-	})
+	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
+	_, err := r.append(ctx, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeFailed, failed)
+	if err == nil {
+		r.answer(j.d.item, failed)
+	}
 	if err != nil && !errors.Is(err, oplog.ErrConflict) {
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
@@ -303,6 +309,7 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 	switch {
 	case !ok:
 		j.log.Debug("op already moved on; work item dropped", "event_type", last.Type)
+		r.answer(j.d.item, last.Data)
 		return nil
 	case c.WorkSeq != j.d.workSeq:
 		return nil // claimed through another copy of the work item
@@ -312,6 +319,24 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 	claim := r.claimEvent(ex, j)
 	claim.Recovers = c.Attempt
 	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
+}
+
+// answer sends a terminal event's outcome to the work item's reply inbox.
+func (r *Runner) answer(item events.WorkItem, data any) {
+	if item.ReplyTo == "" || !events.ValidInbox(item.ReplyTo) {
+		return
+	}
+	reply, ok := events.OutcomeReply(data)
+	if !ok {
+		return
+	}
+	body, err := json.Marshal(reply)
+	if err == nil {
+		err = r.cfg.JetStream.Conn().Publish(item.ReplyTo, body)
+	}
+	if err != nil {
+		r.cfg.Logger.Debug("reply", "op", item.OpID, "subject", item.ReplyTo, "err", err)
+	}
 }
 
 func subjectOf(item events.WorkItem) string { return events.OpSubject(item.Workspace, item.OpID) }
@@ -362,9 +387,11 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item event
 	}
 	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
 	if rec.Action == Ambiguous {
-		_, err := r.append(ctx, subject, expect, events.TypeAmbiguous, &events.Ambiguous{
-			OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known,
-		})
+		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
+		_, err := r.append(ctx, subject, expect, events.TypeAmbiguous, amb)
+		if err == nil {
+			r.answer(item, amb)
+		}
 		if errors.Is(err, oplog.ErrConflict) {
 			return nil
 		}
@@ -410,6 +437,9 @@ func (r *Runner) record(ctx context.Context, call Call, item events.WorkItem, cl
 			}
 		}
 		_, err = r.append(ctx, subject, claimSeq, typ, data)
+		if err == nil {
+			r.answer(item, data)
+		}
 		if err == nil || errors.Is(err, oplog.ErrConflict) {
 			return nil
 		}

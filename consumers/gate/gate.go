@@ -113,8 +113,8 @@ type admission struct {
 	code   events.Code
 	append *oplog.Pending
 	work   jetstream.PubAckFuture
-	reply  events.Reply
-	done   bool // settled (acked or naked)
+	reply  *events.Reply // nil: the executor answers
+	done   bool          // settled (acked or naked)
 }
 
 // handleBatch settles a batch of request messages with two round trips in
@@ -133,22 +133,23 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		seq, err := a.append.Wait(wctx, g.events)
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
-			r, err := g.existing(wctx, a.req, a.reqSeq, events.OpSubject(a.req.Workspace, a.opID), a.opID)
+			r, err := g.existing(wctx, a.req, a.reqSeq, replyTo(a.m), a.opID)
 			if err != nil {
 				g.retry(a.m, "existing "+a.opID, err)
 				a.done = true
 				continue
 			}
-			a.reply = r
+			a.reply = &r
 		case err != nil:
 			g.retry(a.m, "admit "+a.opID, err)
 			a.done = true
 		default:
-			a.reply = events.Reply{OpID: a.opID, State: a.state, Code: a.code}
-			if a.state == events.StateReady {
+			if a.state != events.StateReady {
+				a.reply = &events.Reply{OpID: a.opID, State: a.state, Code: a.code}
+			} else {
 				a.work, err = g.startItem(events.WorkItem{
 					OpID: a.opID, Workspace: a.req.Workspace, Agent: a.req.Agent, Tool: a.req.Tool,
-					RequestSeq: a.reqSeq, ReadySeq: seq,
+					RequestSeq: a.reqSeq, ReadySeq: seq, ReplyTo: replyTo(a.m),
 				})
 				if err != nil {
 					g.retry(a.m, "work item "+a.opID, err)
@@ -173,7 +174,9 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				continue
 			}
 		}
-		g.reply(a.m.Headers().Get(events.HeaderReplyTo), a.reply)
+		if a.reply != nil {
+			g.reply(replyTo(a.m), *a.reply)
+		}
 		_ = a.m.Ack()
 	}
 }
@@ -193,7 +196,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 			g.retry(m, "reject", err)
 			return nil
 		}
-		g.reply(m.Headers().Get(events.HeaderReplyTo), events.Reply{Code: rerr.Code, Message: rerr.Message})
+		g.reply(replyTo(m), events.Reply{Code: rerr.Code, Message: rerr.Message})
 		_ = m.Ack()
 		return nil
 	}
@@ -282,17 +285,18 @@ func (g *Gate) firstEvent(req *events.Request, opID string, reqSeq uint64) (even
 // event says where it stands; a ready op gets its work item again (the
 // claim's compare-and-swap makes a duplicate harmless), which also repairs
 // a crash between the decision and the work item.
-func (g *Gate) existing(ctx context.Context, req *events.Request, reqSeq uint64, subject, opID string) (events.Reply, error) {
-	last, err := oplog.Last(ctx, g.events, subject)
+func (g *Gate) existing(ctx context.Context, req *events.Request, reqSeq uint64, inbox, opID string) (events.Reply, error) {
+	last, err := oplog.Last(ctx, g.events, events.OpSubject(req.Workspace, opID))
 	if err != nil {
 		return events.Reply{}, err
 	}
-	r := events.Reply{OpID: opID, Existing: true}
-	switch d := last.Data.(type) {
-	case *events.Decided:
-		r.State = events.StateReady
-		ws := req.Workspace
-		item := events.WorkItem{OpID: opID, Workspace: ws, Agent: req.Agent, Tool: req.Tool, ReadySeq: last.Seq}
+	if r, ok := events.OutcomeReply(last.Data); ok {
+		r.Existing = true
+		return r, nil
+	}
+	r := events.Reply{OpID: opID, Existing: true, State: stateAfter(last.Type)}
+	if d, ok := last.Data.(*events.Decided); ok {
+		item := events.WorkItem{OpID: opID, Workspace: req.Workspace, Agent: req.Agent, Tool: req.Tool, ReadySeq: last.Seq, ReplyTo: inbox}
 		if d.Request != nil {
 			item.RequestSeq = d.Request.RequestSeq
 		}
@@ -302,33 +306,25 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, reqSeq uint64,
 		if err := g.publishItem(ctx, item); err != nil {
 			return events.Reply{}, err
 		}
-	case *events.Denied:
-		r.State, r.Code = events.StateDenied, d.Code
-	default:
-		r.State = stateAfter(last.Type)
 	}
 	return r, nil
 }
 
-// stateAfter is the state an op is in after an event of type t, for replies.
+// stateAfter is the state an op is in after a non-terminal event of type
+// t, for replies; "" when the event alone does not tell (scrubbed follows
+// any terminal event).
 func stateAfter(t events.Type) events.State {
 	switch t {
+	case events.TypeDecided:
+		return events.StateReady
 	case events.TypeHeld:
 		return events.StateHeld
 	case events.TypeGranted:
 		return events.StateGranted
 	case events.TypeClaimed:
 		return events.StateExecuting
-	case events.TypeCompleted, events.TypeScrubbed:
-		return events.StateCompleted
-	case events.TypeFailed:
-		return events.StateFailed
-	case events.TypeExpired:
-		return events.StateExpired
-	case events.TypeAmbiguous:
-		return events.StateAmbiguous
 	}
-	return events.StateReady
+	return ""
 }
 
 // startItem publishes a work item without waiting. Its Nats-Msg-Id names
@@ -381,10 +377,9 @@ func (g *Gate) reject(ctx context.Context, m jetstream.Msg, seq uint64, e *event
 	return err
 }
 
-// reply answers an Airlock-Reply-To inbox. Only inbox subjects are
-// answered, so a request cannot make the gate publish anywhere else.
+// reply answers an Airlock-Reply-To inbox, if there is one.
 func (g *Gate) reply(inbox string, r events.Reply) {
-	if !validInbox(inbox) {
+	if inbox == "" {
 		return
 	}
 	body, _ := json.Marshal(r)
@@ -393,16 +388,11 @@ func (g *Gate) reply(inbox string, r events.Reply) {
 	}
 }
 
-// validInbox accepts _INBOX.<tokens> without wildcards or white space.
-func validInbox(s string) bool {
-	const prefix = "_INBOX."
-	if len(s) <= len(prefix) || len(s) > 256 || !strings.HasPrefix(s, prefix) {
-		return false
+// replyTo is the request's Airlock-Reply-To inbox, or "" when it has no
+// valid one.
+func replyTo(m jetstream.Msg) string {
+	if inbox := m.Headers().Get(events.HeaderReplyTo); events.ValidInbox(inbox) {
+		return inbox
 	}
-	for _, tok := range strings.Split(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return false
-		}
-	}
-	return true
+	return ""
 }

@@ -40,6 +40,7 @@ type Pending struct {
 	expect  uint64
 	typ     events.Type
 	msg     *nats.Msg
+	data    any
 	id      string
 	fut     jetstream.PubAckFuture
 	err     error
@@ -49,7 +50,7 @@ type Pending struct {
 // subject's last stream sequence to be expect (0 for a new op), and returns
 // without waiting for the server.
 func Start(js jetstream.JetStream, subject string, expect uint64, t events.Type, source, opID string, data any) *Pending {
-	p := &Pending{js: js, subject: subject, expect: expect, typ: t}
+	p := &Pending{js: js, subject: subject, expect: expect, typ: t, data: data}
 	ev, err := events.NewEvent(t, source, opID, data)
 	if err != nil {
 		p.err = err
@@ -60,6 +61,9 @@ func Start(js jetstream.JetStream, subject string, expect uint64, t events.Type,
 	p.fut, p.err = js.PublishMsgAsync(p.msg, jetstream.WithExpectLastSequencePerSubject(expect))
 	return p
 }
+
+// Data is the event data the append carries.
+func (p *Pending) Data() any { return p.data }
 
 // Wait returns the appended event's stream sequence, or an error wrapping
 // ErrConflict when the compare-and-swap lost.

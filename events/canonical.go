@@ -122,9 +122,7 @@ func decimal(lit string) (neg bool, digits string, exp int64, ok bool) {
 	return neg, trimmed, exp, true
 }
 
-// loneSurrogate reports whether a string in the JSON text in has a \u
-// escape naming a surrogate that is not half of a high-low pair. The
-
+// formatES implements the ECMAScript Number::toString algorithm for finite
 // doubles.
 func formatES(f float64) string {
 	if f == 0 {

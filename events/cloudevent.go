@@ -105,7 +105,20 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		}
 		return ev, nil
 	}
-	spec := h.Get(HeaderPrefix + "specversion")
+	// Header names are matched without regard to case; two headers that
+	// differ only in case are ambiguous and refused.
+	ce := make(map[string]string, len(h))
+	for key, vals := range h {
+		lk := strings.ToLower(key)
+		if !strings.HasPrefix(lk, HeaderPrefix) || len(vals) == 0 {
+			continue
+		}
+		if _, dup := ce[lk]; dup || len(vals) > 1 {
+			return event.Event{}, Errorf(CodeInvalidEvent, "header %s given more than once", lk)
+		}
+		ce[lk] = vals[0]
+	}
+	spec := ce[HeaderPrefix+"specversion"]
 	if spec == "" {
 		return event.Event{}, Errorf(CodeInvalidEvent, "not a CloudEvent: no ce-specversion header and Content-Type %q", ct)
 	}
@@ -113,13 +126,10 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
 	}
 	ev := event.New()
-	for key, vals := range h {
-		lk := strings.ToLower(key)
-		if !strings.HasPrefix(lk, HeaderPrefix) || len(vals) == 0 {
-			continue
-		}
+	for lk, raw := range ce {
+		key := lk
 		name := lk[len(HeaderPrefix):]
-		v, err := decodeHeader(vals[0])
+		v, err := decodeHeader(raw)
 		if err != nil {
 			return event.Event{}, Errorf(CodeInvalidEvent, "header %s: %v", key, err)
 		}

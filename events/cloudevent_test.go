@@ -253,12 +253,11 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		{name: "no headers", header: func() nats.Header { return nil }, msg: "no ce-specversion"},
 		{name: "no ce-specversion", header: func() nats.Header { h := good(); h.Del("ce-specversion"); return h }, msg: "no ce-specversion"},
-		{name: "capitalized ce-specversion", header: func() nats.Header {
+		{name: "ce-id twice in different case", header: func() nats.Header {
 			h := good()
-			h.Del("ce-specversion")
-			h["Ce-Specversion"] = []string{"1.0"}
+			h["CE-ID"] = []string{"other"}
 			return h
-		}, msg: "no ce-specversion"},
+		}, msg: "more than once"},
 		{name: "plain JSON", header: func() nats.Header { return structuredHeader("application/json") }, body: `{"specversion":"1.0"}`, msg: "no ce-specversion"},
 		{name: "specversion 0.3", header: func() nats.Header { h := good(); h.Set("ce-specversion", "0.3"); return h }, msg: `unsupported specversion "0.3"`},
 		{name: "specversion 2.0", header: func() nats.Header { h := good(); h.Set("ce-specversion", "2.0"); return h }, msg: `unsupported specversion "2.0"`},
@@ -448,4 +447,18 @@ func TestEncodeDefaultsContentType(t *testing.T) {
 	assert.Empty(t, msg.Header.Get("ce-subject"))
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(msg.Data, &m))
+}
+
+func TestDecodeHeaderNamesIgnoreCase(t *testing.T) {
+	ev, err := events.NewEventRaw(events.TypeRequested, "src", "", "id-7", []byte(`{}`))
+	require.NoError(t, err)
+	m := events.Encode("s", ev)
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[strings.ToUpper(k)] = v
+	}
+	got, err := events.Decode(h, m.Data)
+	require.NoError(t, err)
+	assert.Equal(t, "id-7", got.ID())
+	assert.Equal(t, string(events.TypeRequested), got.Type())
 }

@@ -27,6 +27,7 @@ const (
 	CodeHoldExpired      Code = "HOLD_EXPIRED"
 
 	// Execution.
+	CodeNoExecutor         Code = "NO_EXECUTOR"
 	CodeExecutorFailed     Code = "EXECUTOR_FAILED"
 	CodeResultTooLarge     Code = "RESULT_TOO_LARGE"
 	CodeRequestUnavailable Code = "REQUEST_UNAVAILABLE"
@@ -44,7 +45,7 @@ var AllCodes = []Code{
 	CodeInvalidEvent, CodeUnknownEventType, CodeRequestTooLarge, CodeArgsTooLarge,
 	CodeInvalidArgs, CodeInvalidName, CodeInvalidIdempotencyKey, CodeSubjectMismatch,
 	CodeCapabilityDenied, CodeWorkspaceLocked, CodeHoldExpired,
-	CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
+	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
 	CodeNotFound, CodeInvalidQuery, CodeUnavailable, CodeInternal,
 }
 

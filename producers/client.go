@@ -1,6 +1,7 @@
 package producers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,6 +113,11 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Make sure the server routes replies here before any request leaves.
+	if err := nc.Flush(); err != nil {
+		_ = c.replies.Unsubscribe()
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -152,10 +158,13 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(req); err != nil {
 		return Outcome{}, err
 	}
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > events.MaxRequestBytes {
 		return Outcome{}, events.Errorf(events.CodeRequestTooLarge, "request body is %d bytes, limit %d", len(body), events.MaxRequestBytes)
 	}

@@ -11,8 +11,8 @@ import (
 
 func newBench() *cobra.Command {
 	var (
-		cfg    bench.Config
-		asJSON bool
+		cfg     bench.Config
+		asJSON  bool
 		fsync   string
 		profile string
 	)

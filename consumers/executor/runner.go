@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
@@ -150,7 +152,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	stopBeat := r.heartbeat(jobs)
 	defer stopBeat()
 
-	r.each(jobs, func(j *job) { j.call, j.fetch = r.fetch(ctx, j.d.item) })
+	r.fetchAll(ctx, jobs)
 	for _, j := range jobs {
 		if j.fetch == nil {
 			j.call.Attempt = nuid.Next()
@@ -462,10 +464,13 @@ func outcome(call Call, item events.WorkItem, result json.RawMessage, xerr error
 	if len(result) == 0 {
 		result = json.RawMessage("null")
 	}
-	canon, err := events.Canonical(result)
-	if err != nil {
+	// Results are stored compact, not canonical: no fingerprint covers
+	// them, and a result is never refused for how it spells a number.
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, result); err != nil {
 		return failed(events.CodeExecutorFailed, "result is not valid JSON: "+err.Error())
 	}
+	canon := buf.Bytes()
 	if len(canon) > events.MaxResultBytes {
 		return failed(events.CodeResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d", len(canon), events.MaxResultBytes))
 	}
@@ -478,15 +483,24 @@ func outcome(call Call, item events.WorkItem, result json.RawMessage, xerr error
 // fetch reads the op's args from its request message and checks that they
 // are the op's: the request's fingerprint must derive the op id.
 func (r *Runner) fetch(ctx context.Context, item events.WorkItem) (Call, error) {
-	call := Call{OpID: item.OpID, Workspace: item.Workspace, Agent: item.Agent, Tool: item.Tool}
 	raw, err := r.events.GetMsg(ctx, item.RequestSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", item.RequestSeq)
+		return callOf(item), events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", item.RequestSeq)
 	}
 	if err != nil {
-		return call, fmt.Errorf("fetch request %d: %w", item.RequestSeq, err)
+		return callOf(item), fmt.Errorf("fetch request %d: %w", item.RequestSeq, err)
 	}
-	ev, err := events.Decode(raw.Header, raw.Data)
+	return parseRequest(item, raw.Header, raw.Data)
+}
+
+func callOf(item events.WorkItem) Call {
+	return Call{OpID: item.OpID, Workspace: item.Workspace, Agent: item.Agent, Tool: item.Tool}
+}
+
+// parseRequest decodes a request message into the call of item.
+func parseRequest(item events.WorkItem, h nats.Header, body []byte) (Call, error) {
+	call := callOf(item)
+	ev, err := events.Decode(h, body)
 	if err != nil {
 		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", item.RequestSeq, err)
 	}

@@ -29,6 +29,10 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// Policy decides each request. Required.
 	Policy *policy.Policy
+	// Tools, when set, lists the tools some executor serves: a request the
+	// policy allows for any other tool is denied with NO_EXECUTOR rather
+	// than left ready for ever. Nil when executors run elsewhere.
+	Tools map[string]bool
 	// Loops is how many batches are handled at once; default 2.
 	Loops int
 	// MaxBatch bounds the requests of one batch; default 256.
@@ -110,7 +114,6 @@ type admission struct {
 	reqSeq uint64
 	opID   string
 	state  events.State
-	code   events.Code
 	append *oplog.Pending
 	work   jetstream.PubAckFuture
 	reply  *events.Reply // nil: the executor answers
@@ -144,8 +147,8 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			g.retry(a.m, "admit "+a.opID, err)
 			a.done = true
 		default:
-			if a.state != events.StateReady {
-				a.reply = &events.Reply{OpID: a.opID, State: a.state, Code: a.code}
+			if r, ok := events.OutcomeReply(a.append.Data()); ok {
+				a.reply = &r
 			} else {
 				a.work, err = g.startItem(events.WorkItem{
 					OpID: a.opID, Workspace: a.req.Workspace, Agent: a.req.Agent, Tool: a.req.Tool,
@@ -202,9 +205,9 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	}
 	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: events.OpID(req.Fingerprint())}
 	typ, data := g.firstEvent(req, a.opID, a.reqSeq)
-	a.state, a.code = events.StateReady, ""
-	if d, ok := data.(*events.Denied); ok {
-		a.state, a.code = events.StateDenied, d.Code
+	a.state = events.StateReady
+	if _, ok := data.(*events.Denied); ok {
+		a.state = events.StateDenied
 	}
 	a.append = oplog.Start(g.cfg.JetStream, events.OpSubject(req.Workspace, a.opID), 0, typ, Source, a.opID, data)
 	return a
@@ -265,6 +268,10 @@ func subjectWorkspace(subject string) string {
 // policy allows it, denied otherwise. Either carries the request summary.
 func (g *Gate) firstEvent(req *events.Request, opID string, reqSeq uint64) (events.Type, any) {
 	d := g.cfg.Policy.Decide(req)
+	if d.Outcome == policy.Allow && g.cfg.Tools != nil && !g.cfg.Tools[req.Tool] {
+		d.Outcome, d.Code = policy.Deny, events.CodeNoExecutor
+		d.Reason = "no executor serves tool " + req.Tool
+	}
 	sum := &events.Summary{
 		Fingerprint:    req.FingerprintHex(),
 		Agent:          req.Agent,

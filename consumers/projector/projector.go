@@ -217,6 +217,12 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if !isOp {
 		return nil
 	}
+	if m.Subject() != events.OpSubject(h.Workspace, h.OpID) {
+		p.anomalies.Add(1)
+		p.cfg.Logger.Warn("op event on another op's subject; skipped",
+			"op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
+		return nil
+	}
 	// The server enforced an expected last subject sequence of 0: this is
 	// the op's first event, so the op cannot exist yet.
 	first := m.Headers().Get(jetstream.ExpectedLastSubjSeqHeader) == "0"

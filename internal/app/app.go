@@ -50,6 +50,9 @@ type Config struct {
 	Policy policy.Spec
 	// Executors are registered besides echo.
 	Executors []executor.Executor
+	// RemoteExecutors tells the gate that executors for other tools run in
+	// other processes, so it does not deny tools it has no executor for.
+	RemoteExecutors bool
 	// ExecWorkers and ClaimTimeout tune the executors; zero keeps their
 	// defaults.
 	ExecWorkers  int
@@ -84,6 +87,7 @@ type App struct {
 	// Store is the projection.
 	Store *store.Store
 
+	policy *policy.Policy
 	cancel context.CancelFunc
 	group  *errgroup.Group
 	svc    interface{ Stop() error }
@@ -149,7 +153,15 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		tools[t] = c // the policy file wins over an executor's own class
 	}
 	spec.Tools = tools
-	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: policy.New(spec), Logger: cfg.Logger})
+	a.policy = policy.New(spec)
+	served := map[string]bool{}
+	for _, t := range reg.Tools() {
+		served[t] = true
+	}
+	if cfg.RemoteExecutors {
+		served = nil
+	}
+	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: a.policy, Tools: served, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +201,9 @@ func named(part string, err error) error {
 	}
 	return nil
 }
+
+// PolicyHash names the policy the gate decides with.
+func (a *App) PolicyHash() string { return a.policy.Hash() }
 
 // Done is closed when a part stopped on its own (an error) or after
 // Shutdown.

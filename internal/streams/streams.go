@@ -1,6 +1,7 @@
-// Package streams provisions Airlock's JetStream streams and durable
-// consumers, idempotently: each start creates what is missing and updates
-// what exists. docs/subjects.md describes the result.
+// Package streams provisions Airlock's JetStream streams idempotently: each
+// start creates what is missing and updates what exists. It also names the
+// durable consumers, which the gate and the executor runner create or
+// update when they start. docs/subjects.md describes the result.
 package streams
 
 import (

@@ -1,0 +1,190 @@
+package gate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func binaryRequest(t *testing.T, subject string, body []byte, mutate func(nats.Header)) *nats.Msg {
+	t.Helper()
+	ev, err := events.NewEventRaw(events.TypeRequested, "test", "", "id-1", []byte(`{}`))
+	require.NoError(t, err)
+	m := events.Encode(subject, ev)
+	m.Data = body
+	if mutate != nil {
+		mutate(m.Header)
+	}
+	return m
+}
+
+// TestBadInputIsRejected publishes each kind of bad input as plain NATS and
+// checks the stable code in the reply and in a request.rejected event, and
+// that an op accepted before is untouched and the pipeline keeps running.
+func TestBadInputIsRejected(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, nc := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	good := events.Request{Workspace: "ws", Agent: "ag", Tool: "echo", Args: json.RawMessage(`{"keep":true}`)}
+	before, err := c.Submit(ctx, good)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, before.State)
+	opBefore, err := c.Op(ctx, before.OpID)
+	require.NoError(t, err)
+
+	valid := func(r events.Request) []byte {
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return b
+	}
+	huge := bytes.Repeat([]byte("x"), events.MaxRequestBytes)
+	bigArgs := `{"a":"` + strings.Repeat("y", events.MaxArgsBytes) + `"}`
+	cases := []struct {
+		name    string
+		subject string
+		msg     func(subject string) *nats.Msg
+		code    events.Code
+	}{
+		{"not a CloudEvent", "ws", func(s string) *nats.Msg {
+			m := nats.NewMsg(s)
+			m.Data = []byte(`{"workspace":"ws"}`)
+			return m
+		}, events.CodeInvalidEvent},
+		{"malformed structured CloudEvent", "ws", func(s string) *nats.Msg {
+			m := nats.NewMsg(s)
+			m.Header.Set("Content-Type", "application/cloudevents+json")
+			m.Data = []byte(`{"specversion":"1.0","type":`)
+			return m
+		}, events.CodeInvalidEvent},
+		{"binary event without id", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Del("ce-id") })
+		}, events.CodeInvalidEvent},
+		{"unknown event type", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Set("ce-type", "dev.airlock.tool.exploded.v1") })
+		}, events.CodeUnknownEventType},
+		{"op event on a request subject", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Set("ce-type", string(events.TypeCompleted)) })
+		}, events.CodeInvalidEvent},
+		{"oversized body", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, append([]byte(`{"pad":"`), append(huge, '"', '}')...), nil)
+		}, events.CodeRequestTooLarge},
+		{"oversized args", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":`+bigArgs+`}`), nil)
+		}, events.CodeArgsTooLarge},
+		{"invalid workspace name", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"WS!","agent":"ag","tool":"echo","args":{}}`), nil)
+		}, events.CodeInvalidName},
+		{"invalid subject workspace", "Bad", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), nil)
+		}, events.CodeSubjectMismatch},
+		{"invalid tool name", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"-x","args":{}}`), nil)
+		}, events.CodeInvalidName},
+		{"non-JSON args", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":"a" "b"}`), nil)
+		}, events.CodeInvalidEvent},
+		{"args that are not canonicalisable", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":{"n":12345678901234567890}}`), nil)
+		}, events.CodeInvalidArgs},
+		{"missing args", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo"}`), nil)
+		}, events.CodeInvalidArgs},
+		{"body workspace differs from subject", "other", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), nil)
+		}, events.CodeSubjectMismatch},
+		{"bad idempotency key", "ws", func(s string) *nats.Msg {
+			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":{},"idempotency_key":"has space"}`), nil)
+		}, events.CodeInvalidIdempotencyKey},
+	}
+	rejected, err := nc.SubscribeSync(events.RejectedSubjects)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			inbox := nats.NewInbox()
+			sub, err := nc.SubscribeSync(inbox)
+			require.NoError(t, err)
+			defer sub.Unsubscribe()
+			require.NoError(t, nc.Flush()) // the server knows the inbox before the gate answers
+			m := tc.msg(events.RequestSubject(tc.subject))
+			m.Header.Set(events.HeaderReplyTo, inbox)
+			_, err = a.JetStream.PublishMsg(ctx, m)
+			require.NoError(t, err)
+
+			resp, err := sub.NextMsg(10 * time.Second)
+			require.NoError(t, err)
+			var r events.Reply
+			require.NoError(t, json.Unmarshal(resp.Data, &r))
+			assert.Equal(t, tc.code, r.Code, r.Message)
+			assert.Empty(t, r.OpID)
+
+			ev, err := rejected.NextMsg(10 * time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, string(events.TypeRejected), ev.Header.Get("ce-type"))
+			decoded, err := events.Decode(ev.Header, ev.Data)
+			require.NoError(t, err)
+			data, err := events.DecodeData(decoded)
+			require.NoError(t, err)
+			rej := data.(*events.Rejected)
+			assert.Equal(t, tc.code, rej.Code)
+			assert.Equal(t, events.Digest(m.Data), rej.Digest)
+			assert.Equal(t, len(m.Data), rej.Size)
+		})
+	}
+
+	// The op accepted before is unchanged, and the pipeline still runs.
+	opAfter, err := c.Op(ctx, before.OpID)
+	require.NoError(t, err)
+	assert.Equal(t, opBefore, opAfter)
+	after, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "echo", Args: json.RawMessage(`{"still":"running"}`)})
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, after.State)
+
+	// Every rejected request is settled: the gate holds nothing back.
+	cons, err := a.JetStream.Consumer(ctx, streams.Events, streams.GateConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestDeniedByPolicy(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{Policy: policyLocked()})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// An unknown tool is destructive and never runs.
+	out, err := c.Submit(ctx, events.Request{Workspace: "open", Agent: "ag", Tool: "rm_rf", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	assert.Equal(t, events.StateDenied, out.State)
+	assert.Equal(t, events.CodeCapabilityDenied, out.Code)
+	// A locked workspace runs read tools only: echo is read.
+	out, err = c.Submit(ctx, events.Request{Workspace: "vault", Agent: "ag", Tool: "echo", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, out.State)
+	out, err = c.Submit(ctx, events.Request{Workspace: "vault", Agent: "ag", Tool: "writer", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	assert.Equal(t, events.StateDenied, out.State)
+	assert.Equal(t, events.CodeWorkspaceLocked, out.Code)
+	op, err := c.Op(ctx, out.OpID)
+	require.Eventually(t, func() bool {
+		op, err = c.Op(ctx, out.OpID)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, a.PolicyHash(), op.PolicyHash)
+	assert.NotEmpty(t, op.PolicyHash)
+}

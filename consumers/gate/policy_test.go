@@ -1,0 +1,10 @@
+package gate_test
+
+import "github.com/airlock-dev/airlock/internal/policy"
+
+func policyLocked() policy.Spec {
+	return policy.Spec{
+		Tools:      map[string]string{"writer": "write"},
+		Workspaces: map[string]string{"vault": "locked", "open": "auto"},
+	}
+}

@@ -19,7 +19,7 @@ func newBench() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure the pipeline against raw JetStream publish on the same embedded server",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Ops < 1 || cfg.Concurrency < 1 {
 				return usageError("--ops and --concurrency must be positive")

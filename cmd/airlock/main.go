@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 func main() {
@@ -58,4 +60,14 @@ func exitCode(err error) int {
 
 func usageError(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// usageArgs makes an argument validator's complaint a usage error.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			return &exitError{code: exitUsage, err: err}
+		}
+		return nil
+	}
 }

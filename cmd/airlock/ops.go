@@ -23,7 +23,7 @@ func newOpsGet(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get OP_ID",
 		Short: "Show one op",
-		Args:  cobra.ExactArgs(1),
+		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !events.ValidOpID(args[0]) {
 				return usageError("%q is not an op id (op_<32 hex>)", args[0])
@@ -78,7 +78,7 @@ func newOpsList(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List ops, newest last, optionally of one state",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if q.State != "" {
 				if _, err := events.ParseState(q.State); err != nil {

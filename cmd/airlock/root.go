@@ -32,6 +32,9 @@ func newRoot() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.server, "server", server, "NATS URL of Airlock (env AIRLOCK_SERVER)")
 	root.AddCommand(newServe(), newSubmit(g), newOps(g), newBench())
+	// An unknown subcommand is a usage error too.
+	root.Args = usageArgs(cobra.NoArgs)
+	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 	return root
 }
 

@@ -24,7 +24,7 @@ func newServe() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run Airlock: embedded NATS with JetStream, gate, executors and projector in one process",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch fsync {
 			case "always":

@@ -28,8 +28,13 @@ func newSubmit(g *globals) *cobra.Command {
 
 Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 3 still pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []struct{ name, value string }{{"ws", req.Workspace}, {"agent", req.Agent}, {"tool", req.Tool}} {
+				if f.value == "" {
+					return usageError("--%s is required", f.name)
+				}
+			}
 			req.Args = json.RawMessage(args)
 			if err := req.Validate(); err != nil {
 				return &exitError{code: exitUsage, err: err}
@@ -59,9 +64,6 @@ Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")
 	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	for _, name := range []string{"ws", "agent", "tool"} {
-		_ = cmd.MarkFlagRequired(name)
-	}
 	return cmd
 }
 
@@ -75,10 +77,14 @@ func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
 			}
 			e = events.Errorf(events.CodeInternal, "%v", err)
 		}
+		state := "rejected"
+		if e.Code == events.CodeUnavailable || e.Code == events.CodeInternal {
+			state = "error"
+		}
 		if asJSON {
-			printJSON(w, map[string]any{"op_id": out.OpID, "state": "rejected", "error_code": e.Code, "error": e.Message})
+			printJSON(w, map[string]any{"op_id": out.OpID, "state": state, "error_code": e.Code, "error": e.Message})
 		} else {
-			fmt.Fprintf(os.Stderr, "rejected: %s: %s\n", e.Code, e.Message)
+			fmt.Fprintf(os.Stderr, "%s: %s: %s\n", state, e.Code, e.Message)
 		}
 		return &exitError{code: exitFailed}
 	}

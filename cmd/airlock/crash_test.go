@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestCrashUnderLoad SIGKILLs airlock serve twice while clients submit ops
+// of the counting executor, restarts it on the same data dir each time, and
+// checks that every op reaches exactly one terminal event and that every
+// completed op was executed exactly once (the executor records each
+// execution durably, so the count survives the kills).
+func TestCrashUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess crash test")
+	}
+	dir, ledger := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
+	srv := startServer(t, dir, addr, env, "--claim-timeout", "1s")
+
+	nc, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	require.NoError(t, err)
+	defer nc.Close()
+	c, err := producers.New(nc, producers.WithWait(time.Second), producers.WithPollInterval(200*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+
+	const ops = 300
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	outcomes := make([]producers.Outcome, ops)
+	var finished atomic.Int64
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				req := events.Request{Workspace: "crash", Agent: "load", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+				for ctx.Err() == nil {
+					out, err := c.Submit(ctx, req) // a retry reuses the fingerprint
+					if err == nil && out.Terminal() {
+						outcomes[i] = out
+						finished.Add(1)
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	go func() {
+		defer close(work)
+		for i := range ops {
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	for kill, at := range []int64{ops / 4, ops / 2} {
+		require.Eventually(t, func() bool { return finished.Load() >= at }, 2*time.Minute, 5*time.Millisecond, "kill %d", kill)
+		srv.kill()
+		srv = startServer(t, dir, addr, env, "--claim-timeout", "1s")
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err())
+
+	// Every op ended once; every completed op ran exactly once.
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, streams.Events)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
+	require.True(t, os.IsNotExist(err), "an op executed twice")
+	counts := map[events.State]int{}
+	for i, out := range outcomes {
+		require.True(t, out.Terminal(), "op %d: %+v", i, out)
+		counts[out.State]++
+		terminals := 0
+		for _, typ := range opEventTypes(t, js, st, "crash", out.OpID) {
+			if typ == events.TypeCompleted || typ == events.TypeFailed || typ == events.TypeAmbiguous || typ == events.TypeDenied {
+				terminals++
+			}
+		}
+		assert.Equal(t, 1, terminals, "op %d %s terminal events", i, out.OpID)
+		_, err := os.Stat(filepath.Join(ledger, out.OpID))
+		switch out.State {
+		case events.StateCompleted:
+			assert.NoError(t, err, "completed op %s has no execution record", out.OpID)
+			assert.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), string(out.Result))
+		case events.StateAmbiguous:
+			// Only a record torn by the kill makes the counter ambiguous.
+			assert.NoError(t, err)
+		default:
+			t.Errorf("op %d ended %s %s: %s", i, out.State, out.Code, out.Message)
+		}
+	}
+	t.Logf("outcomes after two SIGKILLs: %v", counts)
+	assert.Equal(t, ops, counts[events.StateCompleted]+counts[events.StateAmbiguous])
+
+	// The projection agrees with the stream once it has caught up.
+	var listed []*events.Op
+	require.Eventually(t, func() bool {
+		res, err := c.List(ctx, projectorQuery("completed"))
+		listed = nil
+		if err == nil {
+			listed = res.Ops
+		}
+		return err == nil && len(res.Ops) == counts[events.StateCompleted]
+	}, 30*time.Second, 50*time.Millisecond)
+	retried := 0
+	for _, op := range listed {
+		if op.Attempts > 1 {
+			retried++
+		}
+	}
+	t.Logf("ops claimed more than once (recovered after a kill): %d", retried)
+}
+
+// opEventTypes lists the types of the events on one op subject.
+func opEventTypes(t *testing.T, js jetstream.JetStream, st jetstream.Stream, ws, op string) []events.Type {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, streams.Events, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpSubject(ws, op)}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	if info.NumPending == 0 {
+		return nil
+	}
+	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var types []events.Type
+	for m := range batch.Messages() {
+		types = append(types, events.Type(m.Headers().Get("ce-type")))
+	}
+	return types
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the airlock binary built for this test run, with the
+// airlocktest tag (it registers the counting executor).
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "airlock")
+	build := exec.Command("go", "build", "-race", "-tags", "airlocktest", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build airlock:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback address with a port nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// server is one `airlock serve` subprocess.
+type server struct {
+	cmd    *exec.Cmd
+	url    string
+	done   chan struct{}
+	stderr *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startServer runs airlock serve on dir and addr and waits until it says
+// where it listens.
+func startServer(t *testing.T, dir, addr string, env []string, args ...string) *server {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--data", dir, "--listen", addr, "--monitor", "", "--log-level", "warn"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	s := &server{cmd: cmd, done: make(chan struct{}), stderr: &lockedBuffer{}}
+	cmd.Stderr = s.stderr
+	require.NoError(t, cmd.Start())
+	urls := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "nats:" {
+				urls <- f[1]
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(s.done)
+	}()
+	select {
+	case s.url = <-urls:
+	case <-s.done:
+		t.Fatalf("airlock serve exited early: %s", s.stderr.String())
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("airlock serve did not start: %s", s.stderr.String())
+	}
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+// kill ends the process with SIGKILL: no shutdown code runs.
+func (s *server) kill() {
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+}
+
+// stop ends the process with SIGTERM and returns its exit code.
+func (s *server) stop(ctx context.Context) (int, error) {
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return -1, err
+	}
+	select {
+	case <-s.done:
+		return s.cmd.ProcessState.ExitCode(), nil
+	case <-ctx.Done():
+		return -1, ctx.Err()
+	}
+}
+
+func projectorQuery(state string) projector.ListQuery {
+	return projector.ListQuery{State: state, Limit: 1000}
+}

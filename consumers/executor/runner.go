@@ -91,6 +91,9 @@ func NewRunner(cfg Config) (*Runner, error) {
 func (r *Runner) Run(ctx context.Context) error {
 	js := r.cfg.JetStream
 	st, err := js.Stream(ctx, streams.Events)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -107,6 +110,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			MaxDeliver:    -1,
 			MaxAckPending: 2 * r.cfg.Loops * r.cfg.Workers,
 		})
+		if ctx.Err() != nil {
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("executor: consumer for %s: %w", tool, err)
 		}

@@ -88,6 +88,9 @@ func New(cfg Config) (*Gate, error) {
 func (g *Gate) Run(ctx context.Context) error {
 	js := g.cfg.JetStream
 	st, err := js.Stream(ctx, streams.Events)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
@@ -101,6 +104,9 @@ func (g *Gate) Run(ctx context.Context) error {
 		MaxDeliver:    -1,
 		MaxAckPending: 4 * g.cfg.Loops * g.cfg.MaxBatch,
 	})
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}

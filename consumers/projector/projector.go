@@ -111,6 +111,9 @@ func (p *Projector) Run(ctx context.Context) error {
 		cc.OptStartSeq = seq + 1
 	}
 	cons, err := p.cfg.JetStream.OrderedConsumer(ctx, p.cfg.Stream, cc)
+	if ctx.Err() != nil {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("projector: consumer: %w", err)
 	}

@@ -1,0 +1,138 @@
+package projector_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fill runs ops through a whole Airlock on n and stops it, leaving the
+// stream behind: completed, denied and rejected requests.
+func fill(t *testing.T, n *testenv.NATS, ops int) {
+	t.Helper()
+	a := testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]string{"locked": "locked"}}})
+	c, nc := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range ops {
+		ws := "open"
+		if i%5 == 0 {
+			ws = "locked"
+		}
+		tool := "echo"
+		if i%7 == 0 {
+			tool = "nothing_serves_this"
+		}
+		_, err := c.Submit(ctx, events.Request{Workspace: ws, Agent: "a", Tool: tool, Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		require.NoError(t, err)
+		if i%10 == 0 {
+			require.NoError(t, nc.Publish(events.RequestSubject("open"), []byte("not a cloudevent")))
+		}
+	}
+	require.NoError(t, a.Shutdown(ctx))
+}
+
+// lastOpSeq is the sequence of the newest message the projector reads.
+func lastOpSeq(t *testing.T, n *testenv.NATS) uint64 {
+	t.Helper()
+	st, err := n.JetStream.Stream(context.Background(), streams.Events)
+	require.NoError(t, err)
+	raw, err := st.GetLastMsgForSubject(context.Background(), events.OpSubjects)
+	require.NoError(t, err)
+	return raw.Sequence
+}
+
+// project applies the stream to the store in dir until seq, or until stop
+// says so after a batch, and closes the store as a crash would leave it
+// (no flush beyond what each batch committed).
+func project(t *testing.T, js jetstream.JetStream, dir string, maxBatch int, until uint64) uint64 {
+	t.Helper()
+	st, err := store.Open(dir)
+	require.NoError(t, err)
+	defer st.Close()
+	p, err := projector.New(projector.Config{JetStream: js, Store: st, MaxBatch: maxBatch})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	require.NoError(t, p.WaitApplied(wctx, until))
+	cancel()
+	require.NoError(t, <-done)
+	return p.Applied()
+}
+
+func dump(t *testing.T, dir string) ([]*events.Op, uint64) {
+	t.Helper()
+	st, err := store.Open(dir)
+	require.NoError(t, err)
+	defer st.Close()
+	var all []*events.Op
+	cursor := ""
+	for {
+		page, next, err := st.List(events.StateNew, cursor, 17)
+		require.NoError(t, err)
+		all = append(all, page...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	applied, err := st.Applied()
+	require.NoError(t, err)
+	return all, applied
+}
+
+func TestRestartMidStreamMatchesUninterrupted(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	fill(t, n, 120)
+	last := lastOpSeq(t, n)
+
+	whole := t.TempDir()
+	project(t, n.JetStream, whole, 1024, last)
+
+	// Stop and restart the projector at several points, with small
+	// batches so the stops fall between many of them.
+	pieces := t.TempDir()
+	for _, at := range []uint64{last / 5, last / 3, last / 2, last - 3} {
+		project(t, n.JetStream, pieces, 7, at)
+	}
+	project(t, n.JetStream, pieces, 7, last)
+
+	want, wantApplied := dump(t, whole)
+	got, gotApplied := dump(t, pieces)
+	require.Len(t, want, 120)
+	assert.Equal(t, wantApplied, gotApplied)
+	assert.Equal(t, want, got)
+
+	states := map[events.State]int{}
+	for _, op := range want {
+		states[op.State]++
+	}
+	assert.Equal(t, map[events.State]int{events.StateCompleted: 102, events.StateDenied: 18}, states)
+
+	// By-state pages agree with the full listing.
+	st, err := store.Open(whole)
+	require.NoError(t, err)
+	defer st.Close()
+	for state, count := range states {
+		ops, next, err := st.List(state, "", 1000)
+		require.NoError(t, err)
+		assert.Empty(t, next)
+		assert.Len(t, ops, count, state)
+	}
+}

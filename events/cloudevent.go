@@ -263,3 +263,33 @@ func unhex(c byte) int {
 	}
 	return -1
 }
+
+// DecodeStored decodes an event read back from Airlock's own streams into
+// its type, ce-id and data struct. It takes the short path for binary-mode
+// messages in the exact form Encode writes (lower-case ce- headers) and
+// skips the CloudEvents validation that Decode does; anything else goes
+// through Decode and DecodeData. Use Decode for input from outside.
+func DecodeStored(h nats.Header, body []byte) (Type, string, any, error) {
+	if v := h[HeaderPrefix+"specversion"]; len(v) == 1 && v[0] == event.CloudEventsVersionV1 {
+		t := Type(h.Get(HeaderPrefix + "type"))
+		if payload := NewPayload(t); payload != nil {
+			if err := json.Unmarshal(body, payload); err != nil {
+				return t, "", nil, Errorf(CodeInvalidEvent, "%s data: %v", t.Short(), err)
+			}
+			id, err := decodeHeader(h.Get(HeaderPrefix + "id"))
+			if err != nil {
+				return t, "", nil, Errorf(CodeInvalidEvent, "ce-id: %v", err)
+			}
+			return t, id, payload, nil
+		}
+	}
+	ev, err := Decode(h, body)
+	if err != nil {
+		return "", "", nil, err
+	}
+	data, err := DecodeData(ev)
+	if err != nil {
+		return Type(ev.Type()), ev.ID(), nil, err
+	}
+	return Type(ev.Type()), ev.ID(), data, nil
+}

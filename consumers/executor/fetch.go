@@ -61,7 +61,7 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 		Seq     uint64 `json:"seq"`
 		NextFor string `json:"next_by_subj"`
 		Batch   int    `json:"batch"`
-	}{seqs[0], events.RequestSubject(ws), min(2*len(seqs), maxFetchBatch)})
+	}{seqs[0], events.RequestSubject(ws), min(len(seqs)+8, maxFetchBatch)})
 	if err != nil {
 		return nil, err
 	}

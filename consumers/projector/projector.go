@@ -208,12 +208,10 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if events.Type(m.Headers().Get(events.HeaderPrefix+"type")) == events.TypeRejected {
 		return nil // recorded in the stream; no op to fold
 	}
-	ev, err := events.Decode(m.Headers(), m.Data())
+	typ, _, data, err := events.DecodeStored(m.Headers(), m.Data())
 	if err != nil {
-		return nil // a malformed request; the gate rejects it
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
+		p.anomalies.Add(1)
+		p.cfg.Logger.Warn("op event does not decode; skipped", "subject", m.Subject(), "seq", seq, "err", err)
 		return nil
 	}
 	h, isOp := events.IsOpEvent(data)
@@ -236,7 +234,7 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if err := op.Apply(data, seq, md.Timestamp.UTC()); err != nil {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event breaks the state machine; skipped",
-			"op", h.OpID, "ws", h.Workspace, "event_type", ev.Type(), "seq", seq, "err", err)
+			"op", h.OpID, "ws", h.Workspace, "event_type", typ, "seq", seq, "err", err)
 	}
 	return nil
 }

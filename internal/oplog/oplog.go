@@ -154,13 +154,9 @@ func Last(ctx context.Context, stream jetstream.Stream, subject string) (*Event,
 
 // Decode decodes a stored op event.
 func Decode(raw *jetstream.RawStreamMsg) (*Event, error) {
-	ev, err := events.Decode(raw.Header, raw.Data)
+	t, id, data, err := events.DecodeStored(raw.Header, raw.Data)
 	if err != nil {
 		return nil, fmt.Errorf("event %d on %s: %w", raw.Sequence, raw.Subject, err)
 	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return nil, fmt.Errorf("event %d on %s: %w", raw.Sequence, raw.Subject, err)
-	}
-	return &Event{Type: events.Type(ev.Type()), ID: ev.ID(), Seq: raw.Sequence, Data: data}, nil
+	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data}, nil
 }

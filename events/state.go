@@ -150,7 +150,7 @@ func (op *Op) next(data any) (State, error) {
 	first := func(s *Summary) bool { return from == StateNew && s != nil }
 	switch d := data.(type) {
 	case *Decided:
-		if first(d.Request) || from == StateGranted {
+		if first(d.Request) || (from == StateGranted && d.Request != nil) {
 			return StateReady, nil
 		}
 		return bad("decided")

@@ -63,7 +63,7 @@ var stateHistories = map[string][]string{
 	"ready":              {"decided+summary"},
 	"held":               {"held+summary"},
 	"granted":            {"held+summary", "granted"},
-	"ready after grant":  {"held+summary", "granted", "decided"},
+	"ready after grant":  {"held+summary", "granted", "decided+summary"},
 	"executing":          {"decided+summary", "claimed a1"},
 	"completed":          {"decided+summary", "claimed a1", "completed a1"},
 	"failed":             {"decided+summary", "failed"},
@@ -101,7 +101,6 @@ var allowed = map[string]map[string]events.State{
 		"expired":        events.StateExpired,
 	},
 	"granted": {
-		"decided":         events.StateReady,
 		"decided+summary": events.StateReady,
 		"denied":          events.StateDenied,
 		"denied+summary":  events.StateDenied,
@@ -179,7 +178,7 @@ func TestApplyTransitionTable(t *testing.T) {
 
 func TestApplyForbidden(t *testing.T) {
 	evs := stateEvents()
-	otherOp := &events.Decided{OpHeader: events.OpHeader{OpID: "op_00000000000000000000000000000000", Workspace: "acme"}, PolicyHash: "p"}
+	otherOp := &events.Decided{OpHeader: events.OpHeader{OpID: "op_00000000000000000000000000000000", Workspace: "acme"}, Request: testSummary(), PolicyHash: "p"}
 	tests := []struct {
 		name    string
 		history string
@@ -239,7 +238,7 @@ func TestApplyLifecycle(t *testing.T) {
 	}{
 		{"held+summary", events.StateHeld},
 		{"granted", events.StateGranted},
-		{"decided", events.StateReady},
+		{"decided+summary", events.StateReady},
 		{"claimed a1", events.StateExecuting},
 		{"claimed a2 recov a1", events.StateExecuting},
 		{"completed a1", ""}, // a1 was superseded by a2
@@ -265,7 +264,7 @@ func TestApplyLifecycle(t *testing.T) {
 		ID: testOpID, Workspace: "acme", State: events.StateCompleted,
 		Agent: sum.Agent, Tool: sum.Tool, Class: sum.Class, Fingerprint: sum.Fingerprint,
 		ArgsDigest: sum.ArgsDigest, RequestSeq: sum.RequestSeq,
-		PolicyHash: "sha256:p1", Reason: "granted by alice", HoldID: "hold_1",
+		PolicyHash: "sha256:p1", Reason: "tool allowed", HoldID: "hold_1",
 		Attempt: "a2", Attempts: 2,
 		Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9",
 		Scrubbed: true,

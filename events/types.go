@@ -87,7 +87,9 @@ func IsOpEvent(data any) (OpHeader, bool) {
 }
 
 // Decided records that policy allows the op to run now: requested -> ready,
-// or granted -> ready on resume.
+// or granted -> ready on resume. It always carries the request summary, so
+// an executor needs nothing else to find the args, and it is the work item:
+// executors consume decided events of their tool.
 type Decided struct {
 	OpHeader
 	Request    *Summary `json:"request,omitempty"`
@@ -139,11 +141,14 @@ type Claimed struct {
 	// Recovers names the attempt this claim takes over after its executor
 	// was lost; empty on a first claim.
 	Recovers string `json:"recovers,omitempty"`
-	// WorkSeq and Delivery identify the work item delivery that made the
-	// claim, so a later delivery of the same item can tell a lost claim
-	// from a live one.
+	// WorkSeq and Delivery identify the delivery of the decided event that
+	// made the claim (its stream sequence and delivery count), so a later
+	// delivery can tell a lost claim from a live one.
 	WorkSeq  uint64 `json:"work_seq,omitempty"`
 	Delivery uint64 `json:"delivery,omitempty"`
+	// Consumer is the durable consumer that delivered it: a claim made
+	// through another consumer is never taken for a lost one.
+	Consumer string `json:"consumer,omitempty"`
 }
 
 // Completed records the stored result. Terminal.

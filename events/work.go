@@ -5,24 +5,6 @@ import (
 	"strings"
 )
 
-// WorkItem tells the executors of one tool that an op is ready. It is plain
-// JSON on airlock.v1.work.<ws>.<tool>, at least once: the claim on the op's
-// subject, not the work item, makes execution happen once.
-type WorkItem struct {
-	OpID      string `json:"op_id"`
-	Workspace string `json:"workspace"`
-	Agent     string `json:"agent"`
-	Tool      string `json:"tool"`
-	// RequestSeq locates the tool.requested message that carries the args.
-	RequestSeq uint64 `json:"request_seq"`
-	// ReadySeq is the op subject's sequence when it became ready: the
-	// expected last sequence of the claim.
-	ReadySeq uint64 `json:"ready_seq"`
-	// ReplyTo is the request's Airlock-Reply-To inbox, if it had a valid
-	// one: the executor sends the op's outcome there once it is stored.
-	ReplyTo string `json:"reply_to,omitempty"`
-}
-
 // Reply is what a request's Airlock-Reply-To inbox receives: from the gate,
 // the code a bad request was rejected with, a denial, or the current state
 // of an op that already existed; from the executor, the terminal outcome

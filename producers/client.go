@@ -262,7 +262,7 @@ func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
 	if err != nil {
 		return
 	}
-	last, err := oplog.Last(ctx, st, events.OpSubject(ws, opID))
+	last, err := oplog.Last(ctx, st, ws, opID)
 	if err != nil {
 		return
 	}
@@ -282,7 +282,7 @@ func (c *Client) eventsStream(ctx context.Context) (jetstream.Stream, error) {
 	if c.stream != nil {
 		return c.stream, nil
 	}
-	st, err := c.js.Stream(ctx, streams.Events)
+	st, err := c.js.Stream(ctx, streams.Ops)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	// Every op ended once; every completed op ran exactly once.
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, streams.Events)
+	st, err := js.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
 	require.True(t, os.IsNotExist(err), "an op executed twice")
@@ -142,7 +142,7 @@ func opEventTypes(t *testing.T, js jetstream.JetStream, st jetstream.Stream, ws,
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streams.Events, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpSubject(ws, op)}})
+	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
 	require.NoError(t, err)
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)

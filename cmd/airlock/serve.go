@@ -67,7 +67,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 	if a.Server != nil && cfg.Monitor != "" {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
 	}
-	fmt.Printf("  data:    %s\n  streams: %s, %s\n", cfg.DataDir, streams.Events, streams.Work)
+	fmt.Printf("  data:    %s\n  streams: %s, %s\n", cfg.DataDir, streams.Requests, streams.Ops)
 	select {
 	case <-ctx.Done():
 		cfg.Logger.Info("shutting down")

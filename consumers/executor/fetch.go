@@ -72,7 +72,7 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Events, inbox, body); err != nil {
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Requests, inbox, body); err != nil {
 		return nil, err
 	}
 	got := make(map[uint64]*nats.Msg, len(seqs))

@@ -42,6 +42,10 @@ type Config struct {
 	// RecordRetries is how often a result append is retried before the
 	// runner gives up and leaves the op to recovery; default 5.
 	RecordRetries int
+	// Group names the durable consumers (one per tool) the runner takes
+	// work from; runners of one group share it. Default
+	// streams.DefaultExecutorGroup.
+	Group string
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -63,6 +67,9 @@ func (c *Config) Validate() error {
 	if c.ClaimTimeout < 300*time.Millisecond {
 		return fmt.Errorf("executor: ClaimTimeout %s below 300ms", c.ClaimTimeout)
 	}
+	if c.Group == "" {
+		c.Group = streams.DefaultExecutorGroup
+	}
 	if c.RecordRetries <= 0 {
 		c.RecordRetries = 5
 	}
@@ -75,7 +82,8 @@ func (c *Config) Validate() error {
 // Runner runs the registered executors over their work items.
 type Runner struct {
 	cfg      Config
-	events   jetstream.Stream
+	ops      jetstream.Stream
+	requests jetstream.Stream
 	inflight inflight
 }
 
@@ -90,21 +98,28 @@ func NewRunner(cfg Config) (*Runner, error) {
 // Run takes work items of every registered tool until ctx ends.
 func (r *Runner) Run(ctx context.Context) error {
 	js := r.cfg.JetStream
-	st, err := js.Stream(ctx, streams.Events)
+	ops, err := js.Stream(ctx, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	r.events = st
+	reqs, err := js.Stream(ctx, streams.Requests)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	r.ops, r.requests = ops, reqs
 	g, gctx := errgroup.WithContext(ctx)
 	for _, tool := range r.cfg.Registry.Tools() {
 		ex, _ := r.cfg.Registry.Lookup(tool)
-		cons, err := js.CreateOrUpdateConsumer(ctx, streams.Work, jetstream.ConsumerConfig{
-			Durable:       streams.ExecutorConsumer(tool),
-			Description:   "Airlock executor for tool " + tool,
-			FilterSubject: events.ToolWorkSubjects(tool),
+		cons, err := js.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
+			Durable:       streams.ExecutorConsumer(r.cfg.Group, tool),
+			Description:   "Airlock executors of tool " + tool + ": decided events",
+			FilterSubject: events.ReadySubjects(tool),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       r.cfg.ClaimTimeout,
 			MaxDeliver:    -1,
@@ -162,7 +177,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	for _, j := range jobs {
 		if j.fetch == nil {
 			j.call.Attempt = nuid.Next()
-			j.claim = oplog.Start(r.cfg.JetStream, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, j.d.item.OpID, r.claimEvent(ex, j))
+			j.claim = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, r.claimEvent(ex, j))
 		}
 	}
 	var run []*job
@@ -171,7 +186,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		case j.fetch != nil:
 			j.err = r.unfetched(ctx, j)
 		default:
-			seq, err := j.claim.Wait(ctx, r.events)
+			seq, err := j.claim.Wait(ctx, r.ops)
 			switch {
 			case errors.Is(err, oplog.ErrConflict):
 				j.err = r.conflict(ctx, ex, j)
@@ -206,13 +221,13 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			continue
 		}
 		typ, data := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
-		records[i] = oplog.Start(r.cfg.JetStream, subjectOf(j.d.item), j.seq, typ, Source, j.d.item.OpID, data)
+		records[i] = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.seq, typ, Source, data)
 	}
 	for i, j := range run {
 		if records[i] == nil {
 			continue
 		}
-		_, err := records[i].Wait(ctx, r.events)
+		_, err := records[i].Wait(ctx, r.ops)
 		switch {
 		case err == nil:
 			r.answer(j.d.item, records[i].Data())
@@ -226,17 +241,38 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	}
 }
 
-// newJob decodes a work item; nil means it was settled here.
+// work is what an executor needs from a decided event.
+type work struct {
+	OpID       string
+	Workspace  string
+	Agent      string
+	Tool       string
+	RequestSeq uint64 // the tool.requested message that carries the args
+	ReadySeq   uint64 // the decided event: what the claim expects
+	ReplyTo    string // the request's Airlock-Reply-To inbox, if any
+}
+
+// newJob reads a decided event; nil means it was settled here.
 func (r *Runner) newJob(m jetstream.Msg) *job {
-	var item events.WorkItem
-	md, merr := m.Metadata()
-	if err := json.Unmarshal(m.Data(), &item); merr != nil || err != nil || !events.ValidOpID(item.OpID) || !events.ValidName(item.Workspace) {
-		r.cfg.Logger.Error("work item does not decode; dropped", "subject", m.Subject(), "err", errors.Join(merr, err))
+	md, err := m.Metadata()
+	if err != nil {
+		r.cfg.Logger.Error("decided event metadata", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return nil
 	}
+	_, _, data, derr := events.DecodeStored(m.Headers(), m.Data())
+	d, ok := data.(*events.Decided)
+	if derr != nil || !ok || d.Request == nil || !events.ValidOpID(d.OpID) || !events.ValidName(d.Workspace) {
+		r.cfg.Logger.Error("decided event does not decode; dropped", "subject", m.Subject(), "seq", md.Sequence.Stream, "err", derr)
+		_ = m.Term()
+		return nil
+	}
+	item := work{
+		OpID: d.OpID, Workspace: d.Workspace, Agent: d.Request.Agent, Tool: d.Request.Tool,
+		RequestSeq: d.Request.RequestSeq, ReadySeq: md.Sequence.Stream, ReplyTo: m.Headers().Get(events.HeaderReplyTo),
+	}
 	if !r.inflight.take(item.OpID) {
-		return nil // another copy is in hand here; leave this delivery alone
+		return nil // another delivery is in hand here; leave this one alone
 	}
 	return &job{
 		m:   m,
@@ -284,7 +320,7 @@ func (r *Runner) each(jobs []*job, f func(*job)) {
 func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
 	return &events.Claimed{
 		OpHeader: hdr(j.d.item), Attempt: j.call.Attempt, Executor: ex.Tool(),
-		WorkSeq: j.d.workSeq, Delivery: j.d.n,
+		WorkSeq: j.d.workSeq, Delivery: j.d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
 	}
 }
 
@@ -295,7 +331,7 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
 	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
-	_, err := r.append(ctx, subjectOf(j.d.item), j.d.item.ReadySeq, events.TypeFailed, failed)
+	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
 	if err == nil {
 		r.answer(j.d.item, failed)
 	}
@@ -309,7 +345,7 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 // the work item claimed it, or an earlier delivery of this very item
 // claimed it and its runner is gone.
 func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
-	last, err := oplog.Last(ctx, r.events, subjectOf(j.d.item))
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
@@ -319,8 +355,8 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 		j.log.Debug("op already moved on; work item dropped", "event_type", last.Type)
 		r.answer(j.d.item, last.Data)
 		return nil
-	case c.WorkSeq != j.d.workSeq:
-		return nil // claimed through another copy of the work item
+	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
+		return nil // claimed through another decided event, or another group
 	case c.Delivery >= j.d.n:
 		return errLeave
 	}
@@ -330,7 +366,7 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 }
 
 // answer sends a terminal event's outcome to the work item's reply inbox.
-func (r *Runner) answer(item events.WorkItem, data any) {
+func (r *Runner) answer(item work, data any) {
 	if item.ReplyTo == "" || !events.ValidInbox(item.ReplyTo) {
 		return
 	}
@@ -347,7 +383,9 @@ func (r *Runner) answer(item events.WorkItem, data any) {
 	}
 }
 
-func subjectOf(item events.WorkItem) string { return events.OpSubject(item.Workspace, item.OpID) }
+func opOf(item work) oplog.Op {
+	return oplog.Op{Workspace: item.Workspace, ID: item.OpID, Tool: item.Tool}
+}
 
 var (
 	errLeave      = errors.New("executor: a newer delivery holds the claim")
@@ -356,7 +394,7 @@ var (
 
 // delivery is one delivery of a work item.
 type delivery struct {
-	item    events.WorkItem
+	item    work
 	workSeq uint64 // the work item's sequence in AIRLOCK_WORK
 	n       uint64 // its delivery count
 }
@@ -386,8 +424,7 @@ func (r *Runner) heartbeat(jobs []*job) func() {
 
 // recover settles an op whose attempt claim.Recovers was claimed by a runner that is
 // gone, as the executor decides.
-func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item events.WorkItem, claim *events.Claimed, expect uint64, log *slog.Logger) error {
-	subject := events.OpSubject(item.Workspace, item.OpID)
+func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work, claim *events.Claimed, expect uint64, log *slog.Logger) error {
 	lost := claim.Recovers
 	rec, err := ex.Recover(ctx, call, lost)
 	if err != nil {
@@ -396,7 +433,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item event
 	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
 	if rec.Action == Ambiguous {
 		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
-		_, err := r.append(ctx, subject, expect, events.TypeAmbiguous, amb)
+		_, err := r.append(ctx, item, expect, events.TypeAmbiguous, amb)
 		if err == nil {
 			r.answer(item, amb)
 		}
@@ -405,7 +442,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item event
 		}
 		return err
 	}
-	seq, err := r.append(ctx, subject, expect, events.TypeClaimed, claim)
+	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
 	if errors.Is(err, oplog.ErrConflict) {
 		return nil // another runner recovered it
 	}
@@ -419,7 +456,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item event
 }
 
 // execute runs the call under the claim at claimSeq and records the result.
-func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item events.WorkItem, claimSeq uint64, recovered bool) error {
+func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool) error {
 	start := time.Now()
 	result, xerr := ex.Execute(ctx, call)
 	if ctx.Err() != nil && xerr != nil {
@@ -432,8 +469,7 @@ func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item event
 // record appends completed or failed for the attempt. It retries a failed
 // append; a conflict means the op was recovered by another runner and this
 // attempt's outcome no longer counts.
-func (r *Runner) record(ctx context.Context, call Call, item events.WorkItem, claimSeq uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
-	subject := events.OpSubject(item.Workspace, item.OpID)
+func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
 	typ, data := outcome(call, item, result, xerr, took, recovered)
 	var err error
 	for try := range r.cfg.RecordRetries {
@@ -444,7 +480,7 @@ func (r *Runner) record(ctx context.Context, call Call, item events.WorkItem, cl
 				return ctx.Err()
 			}
 		}
-		_, err = r.append(ctx, subject, claimSeq, typ, data)
+		_, err = r.append(ctx, item, claimSeq, typ, data)
 		if err == nil {
 			r.answer(item, data)
 		}
@@ -456,7 +492,7 @@ func (r *Runner) record(ctx context.Context, call Call, item events.WorkItem, cl
 }
 
 // outcome builds the terminal event for an execution.
-func outcome(call Call, item events.WorkItem, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any) {
+func outcome(call Call, item work, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any) {
 	failed := func(code events.Code, msg string) (events.Type, any) {
 		return events.TypeFailed, &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: code, Message: msg}
 	}
@@ -488,8 +524,8 @@ func outcome(call Call, item events.WorkItem, result json.RawMessage, xerr error
 
 // fetch reads the op's args from its request message and checks that they
 // are the op's: the request's fingerprint must derive the op id.
-func (r *Runner) fetch(ctx context.Context, item events.WorkItem) (Call, error) {
-	raw, err := r.events.GetMsg(ctx, item.RequestSeq)
+func (r *Runner) fetch(ctx context.Context, item work) (Call, error) {
+	raw, err := r.requests.GetMsg(ctx, item.RequestSeq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return callOf(item), events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", item.RequestSeq)
 	}
@@ -499,12 +535,12 @@ func (r *Runner) fetch(ctx context.Context, item events.WorkItem) (Call, error) 
 	return parseRequest(item, raw.Header, raw.Data)
 }
 
-func callOf(item events.WorkItem) Call {
+func callOf(item work) Call {
 	return Call{OpID: item.OpID, Workspace: item.Workspace, Agent: item.Agent, Tool: item.Tool}
 }
 
 // parseRequest decodes a request message into the call of item.
-func parseRequest(item events.WorkItem, h nats.Header, body []byte) (Call, error) {
+func parseRequest(item work, h nats.Header, body []byte) (Call, error) {
 	call := callOf(item)
 	ev, err := events.Decode(h, body)
 	if err != nil {
@@ -522,17 +558,12 @@ func parseRequest(item events.WorkItem, h nats.Header, body []byte) (Call, error
 	return call, nil
 }
 
-func (r *Runner) append(ctx context.Context, subject string, expect uint64, t events.Type, data any) (uint64, error) {
-	return oplog.Append(ctx, r.cfg.JetStream, r.events, subject, expect, t, Source, opIDOf(data), data)
+func (r *Runner) append(ctx context.Context, item work, expect uint64, t events.Type, data any) (uint64, error) {
+	return oplog.Append(ctx, r.cfg.JetStream, r.ops, opOf(item), expect, t, Source, data)
 }
 
-func hdr(item events.WorkItem) events.OpHeader {
+func hdr(item work) events.OpHeader {
 	return events.OpHeader{OpID: item.OpID, Workspace: item.Workspace}
-}
-
-func opIDOf(data any) string {
-	h, _ := events.IsOpEvent(data)
-	return h.OpID
 }
 
 // inflight is the set of ops this process is running, so two deliveries of

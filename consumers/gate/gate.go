@@ -53,7 +53,7 @@ func (c *Config) Validate() error {
 		return errors.New("gate: Conn, JetStream and Policy are required")
 	}
 	if c.Loops <= 0 {
-		c.Loops = 2
+		c.Loops = 4
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 256
@@ -72,8 +72,8 @@ func (c *Config) Validate() error {
 
 // Gate is the request consumer. Run it once.
 type Gate struct {
-	cfg    Config
-	events jetstream.Stream
+	cfg Config
+	ops jetstream.Stream
 }
 
 // New returns a gate.
@@ -87,18 +87,17 @@ func New(cfg Config) (*Gate, error) {
 // Run handles requests until ctx ends.
 func (g *Gate) Run(ctx context.Context) error {
 	js := g.cfg.JetStream
-	st, err := js.Stream(ctx, streams.Events)
+	st, err := js.Stream(ctx, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
-	g.events = st
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Events, jetstream.ConsumerConfig{
+	g.ops = st
+	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Requests, jetstream.ConsumerConfig{
 		Durable:       streams.GateConsumer,
 		Description:   "Airlock gate: requests to ops",
-		FilterSubject: events.RequestSubjects,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       g.cfg.AckWait,
 		MaxDeliver:    -1,
@@ -121,14 +120,13 @@ type admission struct {
 	opID   string
 	state  events.State
 	append *oplog.Pending
-	work   jetstream.PubAckFuture
 	reply  *events.Reply // nil: the executor answers
 	done   bool          // settled (acked or naked)
 }
 
-// handleBatch settles a batch of request messages with two round trips in
-// all: the ops' first events are appended together, then the work items
-// of the ready ones are published together, then every request is acked.
+// handleBatch settles a batch of request messages with one round trip in
+// all: the ops' first events are appended together, then every request is
+// acked.
 func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
 	defer cancel()
@@ -139,49 +137,23 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		}
 	}
 	for _, a := range adms {
-		seq, err := a.append.Wait(wctx, g.events)
+		seq, err := a.append.Wait(wctx, g.ops)
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
-			r, err := g.existing(wctx, a.req, a.reqSeq, replyTo(a.m), a.opID)
+			r, err := g.existing(wctx, a.req, a.opID)
 			if err != nil {
 				g.retry(a.m, "existing "+a.opID, err)
-				a.done = true
 				continue
 			}
 			a.reply = &r
 		case err != nil:
 			g.retry(a.m, "admit "+a.opID, err)
-			a.done = true
+			continue
 		default:
 			if r, ok := events.OutcomeReply(a.append.Data()); ok {
 				a.reply = &r
-			} else {
-				a.work, err = g.startItem(events.WorkItem{
-					OpID: a.opID, Workspace: a.req.Workspace, Agent: a.req.Agent, Tool: a.req.Tool,
-					RequestSeq: a.reqSeq, ReadySeq: seq, ReplyTo: replyTo(a.m),
-				})
-				if err != nil {
-					g.retry(a.m, "work item "+a.opID, err)
-					a.done = true
-				}
 			}
 			g.cfg.Logger.Debug("op admitted", "op", a.opID, "ws", a.req.Workspace, "state", a.state, "seq", seq)
-		}
-	}
-	for _, a := range adms {
-		if a.done {
-			continue
-		}
-		if a.work != nil {
-			select {
-			case <-a.work.Ok():
-			case err := <-a.work.Err():
-				g.retry(a.m, "work item "+a.opID, err)
-				continue
-			case <-wctx.Done():
-				g.retry(a.m, "work item "+a.opID, wctx.Err())
-				continue
-			}
 		}
 		if a.reply != nil {
 			g.reply(replyTo(a.m), *a.reply)
@@ -215,7 +187,8 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	if _, ok := data.(*events.Denied); ok {
 		a.state = events.StateDenied
 	}
-	a.append = oplog.Start(g.cfg.JetStream, events.OpSubject(req.Workspace, a.opID), 0, typ, Source, a.opID, data)
+	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}
+	a.append = oplog.Start(g.cfg.JetStream, op, 0, typ, Source, data, oplog.ReplyTo(replyTo(m)))
 	return a
 }
 
@@ -294,12 +267,11 @@ func (g *Gate) firstEvent(req *events.Request, opID string, reqSeq uint64) (even
 	return events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash}
 }
 
-// existing handles a request whose op already exists. The op's newest
-// event says where it stands; a ready op gets its work item again (the
-// claim's compare-and-swap makes a duplicate harmless), which also repairs
-// a crash between the decision and the work item.
-func (g *Gate) existing(ctx context.Context, req *events.Request, reqSeq uint64, inbox, opID string) (events.Reply, error) {
-	last, err := oplog.Last(ctx, g.events, events.OpSubject(req.Workspace, opID))
+// existing answers a request whose op already exists: a retry, within the
+// dedupe window or long after it. The op's newest event says where it
+// stands. Nothing is appended: the op's own events carry it on.
+func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (events.Reply, error) {
+	last, err := oplog.Last(ctx, g.ops, req.Workspace, opID)
 	if err != nil {
 		return events.Reply{}, err
 	}
@@ -307,20 +279,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, reqSeq uint64,
 		r.Existing = true
 		return r, nil
 	}
-	r := events.Reply{OpID: opID, Existing: true, State: stateAfter(last.Type)}
-	if d, ok := last.Data.(*events.Decided); ok {
-		item := events.WorkItem{OpID: opID, Workspace: req.Workspace, Agent: req.Agent, Tool: req.Tool, ReadySeq: last.Seq, ReplyTo: inbox}
-		if d.Request != nil {
-			item.RequestSeq = d.Request.RequestSeq
-		}
-		if item.RequestSeq == 0 {
-			item.RequestSeq = reqSeq
-		}
-		if err := g.publishItem(ctx, item); err != nil {
-			return events.Reply{}, err
-		}
-	}
-	return r, nil
+	return events.Reply{OpID: opID, Existing: true, State: stateAfter(last.Type)}, nil
 }
 
 // stateAfter is the state an op is in after a non-terminal event of type
@@ -338,35 +297,6 @@ func stateAfter(t events.Type) events.State {
 		return events.StateExecuting
 	}
 	return ""
-}
-
-// startItem publishes a work item without waiting. Its Nats-Msg-Id names
-// the op and the sequence it became ready at, so republishing it within the
-// dedupe window stores nothing new.
-func (g *Gate) startItem(item events.WorkItem) (jetstream.PubAckFuture, error) {
-	body, err := json.Marshal(item)
-	if err != nil {
-		return nil, err
-	}
-	msg := nats.NewMsg(events.WorkSubject(item.Workspace, item.Tool))
-	msg.Header.Set(events.HeaderContentType, events.ContentTypeJSON)
-	msg.Data = body
-	return g.cfg.JetStream.PublishMsgAsync(msg, jetstream.WithMsgID(fmt.Sprintf("%s:%d", item.OpID, item.ReadySeq)))
-}
-
-func (g *Gate) publishItem(ctx context.Context, item events.WorkItem) error {
-	fut, err := g.startItem(item)
-	if err != nil {
-		return err
-	}
-	select {
-	case <-fut.Ok():
-		return nil
-	case err := <-fut.Err():
-		return fmt.Errorf("publish work item %s: %w", item.OpID, err)
-	case <-ctx.Done():
-		return fmt.Errorf("publish work item %s: %w", item.OpID, ctx.Err())
-	}
 }
 
 // reject records a request.rejected event for a bad request.

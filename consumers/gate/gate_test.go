@@ -154,7 +154,7 @@ func TestBadInputIsRejected(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, after.State)
 
 	// Every rejected request is settled: the gate holds nothing back.
-	cons, err := a.JetStream.Consumer(ctx, streams.Events, streams.GateConsumer)
+	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		info, err := cons.Info(ctx)

@@ -20,7 +20,7 @@ type Config struct {
 	JetStream jetstream.JetStream
 	// Store is where it applies. Required.
 	Store *store.Store
-	// Stream is the stream to fold; default streams.Events.
+	// Stream is the stream to fold; default streams.Ops.
 	Stream string
 	// MaxBatch bounds the messages applied in one Pebble batch; default 1024.
 	MaxBatch int
@@ -38,7 +38,7 @@ func (c *Config) Validate() error {
 		return errors.New("projector: JetStream and Store are required")
 	}
 	if c.Stream == "" {
-		c.Stream = streams.Events
+		c.Stream = streams.Ops
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1024
@@ -100,12 +100,10 @@ func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
 // Run applies messages until ctx ends. It returns nil when ctx ends and an
 // error when the store or the stream fails.
 func (p *Projector) Run(ctx context.Context) error {
-	cc := jetstream.OrderedConsumerConfig{
-		// Requests are folded through the op's first event, which carries
-		// their digest; the projector need not read the args.
-		FilterSubjects: []string{events.OpSubjects, events.RejectedSubjects},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	}
+	// Requests live in their own stream: they are folded through the op's
+	// first event, which carries their digest, so the projector never
+	// reads argument plaintext.
+	cc := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if seq := p.applied.Load(); seq > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
@@ -218,7 +216,7 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if !isOp {
 		return nil
 	}
-	if m.Subject() != events.OpSubject(h.Workspace, h.OpID) {
+	if ws, op, _, verb, ok := events.OpSubjectParts(m.Subject()); !ok || ws != h.Workspace || op != h.OpID || verb != typ.Short() {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event on another op's subject; skipped",
 			"op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)

@@ -48,7 +48,7 @@ func fill(t *testing.T, n *testenv.NATS, ops int) {
 // lastOpSeq is the sequence of the newest message the projector reads.
 func lastOpSeq(t *testing.T, n *testenv.NATS) uint64 {
 	t.Helper()
-	st, err := n.JetStream.Stream(context.Background(), streams.Events)
+	st, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
 	raw, err := st.GetLastMsgForSubject(context.Background(), events.OpSubjects)
 	require.NoError(t, err)

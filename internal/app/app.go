@@ -53,6 +53,9 @@ type Config struct {
 	// RemoteExecutors tells the gate that executors for other tools run in
 	// other processes, so it does not deny tools it has no executor for.
 	RemoteExecutors bool
+	// ExecutorGroup names the executors' durable consumers; empty for the
+	// default. Processes of one group share the work.
+	ExecutorGroup string
 	// ExecWorkers and ClaimTimeout tune the executors; zero keeps their
 	// defaults.
 	ExecWorkers  int
@@ -167,7 +170,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	}
 	runner, err := executor.NewRunner(executor.Config{
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
-		ClaimTimeout: cfg.ClaimTimeout, Logger: cfg.Logger,
+		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

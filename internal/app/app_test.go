@@ -22,8 +22,14 @@ func TestEchoRunsEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, out.State)
 	assert.JSONEq(t, `{"a":[1,"x"],"b":2}`, string(out.Result))
-	require.NoError(t, a.Projector.WaitApplied(ctx, 4))
+	// decided, claimed, completed: the projector has folded all three.
+	require.NoError(t, a.Projector.WaitApplied(ctx, 3))
 	op, err := c.Op(ctx, out.OpID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, op.State)
+	assert.Equal(t, 1, op.Attempts)
+	assert.Equal(t, "echo", op.Tool)
+	assert.Equal(t, "read", op.Class)
+	assert.Equal(t, events.ArgsDigest([]byte(`{"a":[1,"x"],"b":2}`)), op.ArgsDigest)
+	assert.JSONEq(t, `{"a":[1,"x"],"b":2}`, string(op.Result))
 }

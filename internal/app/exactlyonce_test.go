@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +56,7 @@ func opEvents(t *testing.T, js jetstream.JetStream, ws, op string) []events.Type
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streams.Events, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpSubject(ws, op)}})
+	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
 	require.NoError(t, err)
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
@@ -123,7 +122,7 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 	require.Equal(t, events.StateCompleted, first.State)
 
 	time.Sleep(400 * time.Millisecond) // let the dedupe window pass: this is the point of the test
-	before, err := a.JetStream.Stream(ctx, streams.Events)
+	before, err := a.JetStream.Stream(ctx, streams.Requests)
 	require.NoError(t, err)
 	reqsBefore := before.CachedInfo().State.Msgs
 
@@ -133,7 +132,7 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, second.State)
 	assert.JSONEq(t, string(first.Result), string(second.Result))
 
-	after, err := a.JetStream.Stream(ctx, streams.Events)
+	after, err := a.JetStream.Stream(ctx, streams.Requests)
 	require.NoError(t, err)
 	assert.Equal(t, reqsBefore+1, after.CachedInfo().State.Msgs, "the retry is stored (the window passed) but adds no op event")
 	assert.Equal(t, 1, executions(t, counter, first.OpID))
@@ -141,15 +140,16 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 }
 
 func TestRacingExecutorsRunOnce(t *testing.T) {
-	// Two Airlocks share one NATS: two gates, two runners, one stream.
+	// Two Airlocks share one NATS, with executor groups of their own, so
+	// every decided event reaches both and both race to claim every op.
 	n := testenv.StartNATS(t, streams.Config{})
 	counter := &testexec.Counter{Dir: t.TempDir()}
 	var apps []*app.App
-	for range 2 {
-		apps = append(apps, testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter}}))
+	for _, group := range []string{"left", "right"} {
+		apps = append(apps, testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
 	}
 	ctx := context.Background()
-	const ops = 40
+	const ops = 60
 	var ids []string
 	for i := range ops {
 		req := events.Request{Workspace: "race", Agent: "ag", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
@@ -157,42 +157,21 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, events.OpID(req.Fingerprint()))
 	}
-	// Every op gets extra copies of its work item, with fresh msg ids, so
-	// both runners hold a copy of each.
-	st, err := n.JetStream.Stream(ctx, streams.Events)
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			assert.Eventually(t, func() bool {
-				raw, err := st.GetLastMsgForSubject(ctx, events.OpSubject("race", id))
-				if err != nil {
-					return false
-				}
-				if raw.Header.Get("ce-type") != string(events.TypeDecided) {
-					return true // already moving
-				}
-				var d events.Decided
-				if !assert.NoError(t, json.Unmarshal(raw.Data, &d)) {
-					return true
-				}
-				item, _ := json.Marshal(events.WorkItem{OpID: id, Workspace: "race", Agent: "ag", Tool: "count", RequestSeq: d.Request.RequestSeq, ReadySeq: raw.Sequence})
-				for k := range 3 {
-					_, err := n.JetStream.Publish(ctx, events.WorkSubject("race", "count"), item, jetstream.WithMsgID(fmt.Sprintf("%s-copy-%d", id, k)))
-					assert.NoError(t, err)
-				}
-				return true
-			}, 10*time.Second, 5*time.Millisecond)
-		}()
-	}
-	wg.Wait()
 	for _, id := range ids {
 		got := waitTerminal(t, apps[0], id)
 		assert.Equal(t, events.StateCompleted, got.State, id)
 		assert.Equal(t, 1, got.Attempts, id)
 		assert.Equal(t, 1, executions(t, counter, id), id)
 		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, n.JetStream, "race", id))
+	}
+	// Both groups took every decided event and settled it: the winner by
+	// running it, the loser by reading the winner's claim.
+	for _, group := range []string{"left", "right"} {
+		cons, err := n.JetStream.Consumer(ctx, streams.Ops, streams.ExecutorConsumer(group, "count"))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Consumer >= ops
+		}, 10*time.Second, 20*time.Millisecond, group)
 	}
 }

@@ -152,13 +152,12 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	slices.Sort(lat)
 	res.P50MS = ms(lat[len(lat)/2])
 	res.P99MS = ms(lat[len(lat)*99/100])
-	for _, name := range []string{streams.Events, streams.Work} {
+	for _, name := range []string{streams.Requests, streams.Ops} {
 		st, err := a.JetStream.Stream(ctx, name)
 		if err != nil {
 			return 0, 0, err
 		}
-		// Work items are deleted when acked: count what was ever stored.
-		msgs += st.CachedInfo().State.LastSeq
+		msgs += st.CachedInfo().State.Msgs
 		bytes += st.CachedInfo().State.Bytes
 	}
 	return msgs, bytes, nil
@@ -183,7 +182,7 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sc := streams.EventsConfig(streams.Config{})
+	sc := streams.OpsConfig(streams.Config{})
 	sc.Name, sc.Subjects = "BENCH_RAW", []string{"bench.raw.>"}
 	if _, err := js.CreateStream(ctx, sc); err != nil {
 		return 0, err

@@ -1,6 +1,11 @@
-// Package oplog appends transitions to an op's own subject with JetStream's
-// compare-and-swap (Nats-Expected-Last-Subject-Sequence) and reads the
-// newest one back. It is the only way Airlock writes op events.
+// Package oplog appends transitions to an op with JetStream's
+// compare-and-swap and reads the newest one back. It is the only way Airlock
+// writes op events.
+//
+// Each event goes to airlock.v1.op.<ws>.<op>.<tool>.<verb> with
+// Nats-Expected-Last-Subject-Sequence set to the op's last sequence and
+// Nats-Expected-Last-Subject-Sequence-Subject set to airlock.v1.op.<ws>.<op>.>,
+// so the check covers every event of the op whatever its verb.
 //
 // Appends are asynchronous: Start publishes and returns at once, Wait
 // resolves the outcome. Callers start a batch of appends and then wait for
@@ -31,12 +36,36 @@ type Event struct {
 	ID   string // ce-id
 	Seq  uint64 // stream sequence
 	Data any    // the *T of events.DecodeData
+	// Header is the stored message's header.
+	Header nats.Header
+}
+
+// Op names the op an event belongs to; with the event's type it makes the
+// subject.
+type Op struct {
+	Workspace string
+	ID        string
+	Tool      string
+}
+
+// Option adjusts the message of an append.
+type Option func(*nats.Msg)
+
+// ReplyTo carries the request's Airlock-Reply-To inbox on the event, for the
+// executor that will answer it. Empty inboxes are left out.
+func ReplyTo(inbox string) Option {
+	return func(m *nats.Msg) {
+		if inbox != "" {
+			m.Header.Set(events.HeaderReplyTo, inbox)
+		}
+	}
 }
 
 // Pending is one append in flight.
 type Pending struct {
 	js      jetstream.JetStream
 	subject string
+	filter  string
 	expect  uint64
 	typ     events.Type
 	msg     *nats.Msg
@@ -46,20 +75,30 @@ type Pending struct {
 	err     error
 }
 
-// Start publishes one transition of type t to subject, expecting the
-// subject's last stream sequence to be expect (0 for a new op), and returns
-// without waiting for the server.
-func Start(js jetstream.JetStream, subject string, expect uint64, t events.Type, source, opID string, data any) *Pending {
-	p := &Pending{js: js, subject: subject, expect: expect, typ: t, data: data}
-	ev, err := events.NewEvent(t, source, opID, data)
+// Start publishes one transition of type t of op, expecting the op's last
+// stream sequence to be expect (0 for a new op), and returns without
+// waiting for the server.
+func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source string, data any, opts ...Option) *Pending {
+	p := &Pending{
+		js: js, subject: events.OpEventSubject(op.Workspace, op.ID, op.Tool, t),
+		filter: events.OpFilter(op.Workspace, op.ID), expect: expect, typ: t, data: data,
+	}
+	ev, err := events.NewEvent(t, source, op.ID, data)
 	if err != nil {
 		p.err = err
 		return p
 	}
 	p.id = ev.ID()
-	p.msg = events.Encode(subject, ev)
-	p.fut, p.err = js.PublishMsgAsync(p.msg, jetstream.WithExpectLastSequencePerSubject(expect))
+	p.msg = events.Encode(p.subject, ev)
+	for _, o := range opts {
+		o(p.msg)
+	}
+	p.fut, p.err = js.PublishMsgAsync(p.msg, p.cas())
 	return p
+}
+
+func (p *Pending) cas() jetstream.PublishOpt {
+	return jetstream.WithExpectLastSequenceForSubject(p.expect, p.filter)
 }
 
 // Data is the event data the append carries.
@@ -95,12 +134,12 @@ func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, er
 		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
 		defer cancel()
 	}
-	last, lerr := Last(rctx, stream, p.subject)
+	last, lerr := lastMatching(rctx, stream, p.filter)
 	switch {
 	case lerr == nil && last.ID == p.id:
 		return last.Seq, nil // it landed
 	case errors.Is(lerr, ErrEmpty) && p.expect == 0, lerr == nil && last.Seq == p.expect:
-		ack, perr := p.js.PublishMsg(rctx, p.msg, jetstream.WithExpectLastSequencePerSubject(p.expect))
+		ack, perr := p.js.PublishMsg(rctx, p.msg, p.cas())
 		if perr == nil {
 			return ack.Sequence, nil
 		}
@@ -126,8 +165,8 @@ func unknownOutcome(err error) bool {
 }
 
 // Append is Start and Wait.
-func Append(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, subject string, expect uint64, t events.Type, source, opID string, data any) (uint64, error) {
-	return Start(js, subject, expect, t, source, opID, data).Wait(ctx, stream)
+func Append(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, op Op, expect uint64, t events.Type, source string, data any, opts ...Option) (uint64, error) {
+	return Start(js, op, expect, t, source, data, opts...).Wait(ctx, stream)
 }
 
 // IsConflict reports whether err is JetStream's wrong-last-sequence error.
@@ -140,14 +179,18 @@ func IsConflict(err error) bool {
 	return errors.Is(err, ErrConflict)
 }
 
-// Last returns the newest event on an op subject, or ErrEmpty.
-func Last(ctx context.Context, stream jetstream.Stream, subject string) (*Event, error) {
-	raw, err := stream.GetLastMsgForSubject(ctx, subject)
+// Last returns the newest event of an op, or ErrEmpty.
+func Last(ctx context.Context, stream jetstream.Stream, ws, op string) (*Event, error) {
+	return lastMatching(ctx, stream, events.OpFilter(ws, op))
+}
+
+func lastMatching(ctx context.Context, stream jetstream.Stream, filter string) (*Event, error) {
+	raw, err := stream.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrEmpty
 	}
 	if err != nil {
-		return nil, fmt.Errorf("last event on %s: %w", subject, err)
+		return nil, fmt.Errorf("last event on %s: %w", filter, err)
 	}
 	return Decode(raw)
 }
@@ -158,5 +201,5 @@ func Decode(raw *jetstream.RawStreamMsg) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event %d on %s: %w", raw.Sequence, raw.Subject, err)
 	}
-	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data}, nil
+	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data, Header: raw.Header}, nil
 }

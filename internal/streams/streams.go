@@ -15,21 +15,25 @@ import (
 
 // Stream and consumer names.
 const (
-	// Events holds requests, rejections and every op transition: the one
-	// ordered log the projector folds.
-	Events = "AIRLOCK_EVENTS"
-	// Work holds work items for executors (work-queue retention).
-	Work = "AIRLOCK_WORK"
+	// Requests holds tool.requested messages: the only place argument
+	// plaintext lives, deduplicated by Nats-Msg-Id.
+	Requests = "AIRLOCK_REQUESTS"
+	// Ops holds every op transition and every rejection: the one ordered
+	// log the projector folds and executors take work from.
+	Ops = "AIRLOCK_OPS"
 	// GateConsumer is the gate's durable consumer of requests.
 	GateConsumer = "airlock-gate"
-	// MaxMsgBytes bounds one message in the events stream.
+	// MaxMsgBytes bounds one message in either stream.
 	MaxMsgBytes = 2 << 20
-	// MaxWorkItemBytes bounds one work item.
-	MaxWorkItemBytes = 4 << 10
 )
 
-// ExecutorConsumer is the durable consumer of one tool's work items.
-func ExecutorConsumer(tool string) string { return "airlock-exec-" + tool }
+// DefaultExecutorGroup names the executors that share work by default.
+const DefaultExecutorGroup = "airlock-exec"
+
+// ExecutorConsumer is the durable consumer through which one group of
+// executors takes one tool's decided events. Executors of one group share
+// the work; two groups would each run every op's claim race.
+func ExecutorConsumer(group, tool string) string { return group + "-" + tool }
 
 // Config configures the streams. The zero value is valid.
 type Config struct {
@@ -53,13 +57,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// EventsConfig is the configuration of the events stream.
-func EventsConfig(c Config) jetstream.StreamConfig {
+// RequestsConfig is the configuration of the requests stream.
+func RequestsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	return jetstream.StreamConfig{
-		Name:        Events,
-		Description: "Airlock requests, rejections and op transitions",
-		Subjects:    []string{events.RequestSubjects, events.OpSubjects, events.RejectedSubjects},
+		Name:        Requests,
+		Description: "Airlock tool requests (argument plaintext)",
+		Subjects:    []string{events.RequestSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     storage(c),
 		Replicas:    c.Replicas,
@@ -71,19 +75,22 @@ func EventsConfig(c Config) jetstream.StreamConfig {
 	}
 }
 
-// WorkConfig is the configuration of the work stream.
-func WorkConfig(c Config) jetstream.StreamConfig {
+// OpsConfig is the configuration of the ops stream.
+func OpsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	return jetstream.StreamConfig{
-		Name:        Work,
-		Description: "Airlock work items, one per ready op",
-		Subjects:    []string{events.WorkSubjects},
-		Retention:   jetstream.WorkQueuePolicy,
+		Name:        Ops,
+		Description: "Airlock op transitions and rejections",
+		Subjects:    []string{events.OpSubjects, events.RejectedSubjects},
+		Retention:   jetstream.LimitsPolicy,
 		Storage:     storage(c),
 		Replicas:    c.Replicas,
 		Duplicates:  c.Duplicates,
-		MaxMsgSize:  MaxWorkItemBytes,
+		MaxMsgSize:  MaxMsgBytes,
 		Discard:     jetstream.DiscardNew,
+		AllowDirect: true,
+		DenyPurge:   true,
+		DenyDelete:  true,
 	}
 }
 
@@ -96,7 +103,7 @@ func storage(c Config) jetstream.StorageType {
 
 // Provision creates or updates both streams.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range []jetstream.StreamConfig{EventsConfig(c), WorkConfig(c)} {
+	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c)} {
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}

@@ -9,12 +9,12 @@ import (
 	"github.com/airlock-dev/airlock/internal/testexec"
 )
 
-// testExecutors registers the counting executor in test builds when
-// AIRLOCK_TEST_LEDGER names a directory.
+// testExecutors registers the counting and blocking executors in test
+// builds when AIRLOCK_TEST_LEDGER names a directory.
 func testExecutors() []executor.Executor {
 	dir := os.Getenv("AIRLOCK_TEST_LEDGER")
 	if dir == "" {
 		return nil
 	}
-	return []executor.Executor{&testexec.Counter{Dir: dir}}
+	return []executor.Executor{&testexec.Counter{Dir: dir}, &testexec.Blocker{Dir: dir}}
 }

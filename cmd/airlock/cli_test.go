@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// run runs the airlock binary and returns stdout, stderr and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	ledger := t.TempDir()
+	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger})
+	server := "--server=" + srv.url
+
+	// completed: exit 0, one JSON object with op_id, state and result.
+	out, _, code := run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
+	require.Equal(t, 0, code, out)
+	var got struct {
+		OpID   string          `json:"op_id"`
+		State  string          `json:"state"`
+		Result json.RawMessage `json:"result"`
+		Code   string          `json:"error_code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, "completed", got.State)
+	assert.JSONEq(t, `{"hello":"world"}`, string(got.Result))
+	assert.Regexp(t, `^op_[0-9a-f]{32}$`, got.OpID)
+	completed := got.OpID
+
+	// The same request again is the same op, still completed, not rerun.
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
+	require.Equal(t, 0, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, completed, got.OpID)
+
+	// denied: exit 4 with the code.
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "format_disk", "--json")
+	assert.Equal(t, 4, code)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, "denied", got.State)
+	assert.Equal(t, "CAPABILITY_DENIED", got.Code)
+
+	// still pending when --wait runs out: exit 3.
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "block", "--wait", "300ms", "--json")
+	assert.Equal(t, 3, code, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	blocked := got.OpID
+	require.NoError(t, os.WriteFile(filepath.Join(ledger, "release"), nil, 0o600))
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "block", "--json")
+	assert.Equal(t, 0, code, out)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	assert.Equal(t, blocked, got.OpID)
+
+	// usage errors: exit 2, nothing sent.
+	for _, args := range [][]string{
+		{"submit", server, "--agent", "me", "--tool", "echo"},
+		{"submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "{not json"},
+		{"submit", server, "--ws", "CLI", "--agent", "me", "--tool", "echo"},
+		{"submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--wait", "0s"},
+		{"ops", "get", server, "not-an-op"},
+		{"ops", "list", server, "--state", "sleeping"},
+		{"frobnicate"},
+	} {
+		_, stderr, code := run(t, args...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+	}
+
+	// ops get and ops list read the projection.
+	require.Eventually(t, func() bool {
+		out, _, code = run(t, "ops", "get", server, completed, "--json")
+		return code == 0
+	}, 10*time.Second, 50*time.Millisecond)
+	var op struct {
+		ID    string `json:"op_id"`
+		State string `json:"state"`
+		Tool  string `json:"tool"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &op))
+	assert.Equal(t, completed, op.ID)
+	assert.Equal(t, "completed", op.State)
+	assert.Equal(t, "echo", op.Tool)
+
+	out, _, code = run(t, "ops", "list", server, "--state", "denied", "--json")
+	require.Equal(t, 0, code)
+	var list struct {
+		Ops []struct {
+			State string `json:"state"`
+		} `json:"ops"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list))
+	require.Len(t, list.Ops, 1)
+	assert.Equal(t, "denied", list.Ops[0].State)
+
+	out, _, code = run(t, "ops", "list", server)
+	require.Equal(t, 0, code)
+	assert.Equal(t, 4, strings.Count(out, "\n"), out) // header and three ops
+
+	_, stderr, code := run(t, "ops", "get", server, "op_00000000000000000000000000000000")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "NOT_FOUND")
+
+	// A clean shutdown on SIGTERM.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exit, err := srv.stop(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, exit, srv.stderr.String())
+}
+
+func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, addr := t.TempDir(), freePort(t)
+	srv := startServer(t, dir, addr, nil)
+	out, _, code := run(t, "submit", "--server="+srv.url, "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	require.Equal(t, 0, code)
+	var first struct {
+		OpID string `json:"op_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &first))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exit, err := srv.stop(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, exit)
+
+	// Same data dir, another dedupe window: the stream is updated, the op
+	// is still there and still answers a retry.
+	srv = startServer(t, dir, addr, nil, "--dedupe-window", "5m")
+	nc, err := nats.Connect(srv.url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Minute, st.CachedInfo().Config.Duplicates)
+	out, _, code = run(t, "ops", "get", "--server="+srv.url, first.OpID, "--json")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, `"state":"completed"`)
+	out, _, code = run(t, "submit", "--server="+srv.url, "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, first.OpID)
+}

@@ -95,20 +95,23 @@ type Client struct {
 
 // New returns a client on nc.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
 	c := &Client{
-		nc: nc, js: js, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
-		source: DefaultSource, inbox: nc.NewRespInbox(),
-		waiters: map[string]map[*waiter]struct{}{},
+		nc: nc, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
+		source: DefaultSource, waiters: map[string]map[*waiter]struct{}{},
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err
 		}
 	}
+	if nc == nil {
+		return nil, errors.New("producers: nil connection")
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c.js, c.inbox = js, nc.NewRespInbox()
 	c.replies, err = nc.Subscribe(c.inbox+".*", c.onReply)
 	if err != nil {
 		return nil, err
@@ -155,6 +158,9 @@ func (o Outcome) Terminal() bool { return o.State.Terminal() }
 // or rejected by the gate) and a pending outcome, with a nil error, when
 // the wait (WithWait or ctx's deadline) runs out first.
 func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error) {
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return Outcome{}, err
+	}
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
@@ -183,7 +189,10 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 	msg.Header.Set(events.HeaderReplyTo, c.inbox+"."+opID)
 	dup, err := c.publish(wctx, msg, fp)
 	if err != nil {
-		if wctx.Err() != nil && ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+			return Outcome{}, ctx.Err()
+		case wctx.Err() != nil:
 			return Outcome{OpID: opID, Pending: true}, nil
 		}
 		return Outcome{}, err

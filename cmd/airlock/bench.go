@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 
 	"github.com/airlock-dev/airlock/internal/bench"
@@ -11,10 +12,11 @@ import (
 
 func newBench() *cobra.Command {
 	var (
-		cfg     bench.Config
-		asJSON  bool
-		fsync   string
-		profile string
+		cfg        bench.Config
+		asJSON     bool
+		fsync      string
+		profile    string
+		memprofile string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -45,6 +47,15 @@ func newBench() *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if memprofile != "" {
+				runtime.MemProfileRate = 64 << 10
+				defer func() {
+					if f, err := os.Create(memprofile); err == nil {
+						_ = pprof.Lookup("allocs").WriteTo(f, 0)
+						f.Close()
+					}
+				}()
+			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
@@ -68,5 +79,6 @@ func newBench() *cobra.Command {
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
+	f.StringVar(&memprofile, "memprofile", "", "write an allocation profile to this file")
 	return cmd
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -35,8 +34,9 @@ func (r *Runner) fetchAll(ctx context.Context, jobs []*job) {
 			r.cfg.Logger.Debug("batched request fetch failed; fetching one by one", "ws", ws, "err", err)
 		}
 		for _, j := range group {
-			if m, ok := got[j.d.item.RequestSeq]; ok {
-				j.call, j.fetch = parseRequest(j.d.item, m.Header, m.Data)
+			if args, ok := got[j.d.item.OpID]; ok {
+				j.call = callOf(j.d.item)
+				j.call.Args = args
 			} else {
 				missing = append(missing, j)
 			}
@@ -46,28 +46,30 @@ func (r *Runner) fetchAll(ctx context.Context, jobs []*job) {
 }
 
 // directBatch asks for the request messages of one workspace from the
-// smallest sequence the group needs, and returns those the group needs.
-func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[uint64]*nats.Msg, error) {
+// smallest sequence the group needs, bodies only, and returns the args of
+// the group's ops by op id. A body is matched to an op by its content: its
+// fingerprint must derive the op id, which is the same check a single fetch
+// makes, so a body that is not some op's request is never taken for it.
+func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[string]json.RawMessage, error) {
 	seqs := make([]uint64, 0, len(group))
+	want := make(map[string]bool, len(group))
 	for _, j := range group {
 		seqs = append(seqs, j.d.item.RequestSeq)
-	}
-	slices.Sort(seqs)
-	want := make(map[uint64]bool, len(seqs))
-	for _, s := range seqs {
-		want[s] = true
+		want[j.d.item.OpID] = true
 	}
 	body, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-		Batch   int    `json:"batch"`
-	}{seqs[0], events.RequestSubject(ws), min(len(seqs)+8, maxFetchBatch)})
+		Seq       uint64 `json:"seq"`
+		NextFor   string `json:"next_by_subj"`
+		Batch     int    `json:"batch"`
+		NoHeaders bool   `json:"no_hdr"`
+	}{slices.Min(seqs), events.RequestSubject(ws), min(len(seqs)+8, maxFetchBatch), true})
 	if err != nil {
 		return nil, err
 	}
 	nc := r.cfg.JetStream.Conn()
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	ch := make(chan *nats.Msg, maxFetchBatch+2)
+	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +77,13 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Requests, inbox, body); err != nil {
 		return nil, err
 	}
-	got := make(map[uint64]*nats.Msg, len(seqs))
+	got := make(map[string]json.RawMessage, len(group))
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return got, err
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return got, ctx.Err()
 		}
 		if status := m.Header.Get("Status"); status != "" {
 			if status == "204" || status == "404" {
@@ -87,12 +91,32 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 			}
 			return got, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
 		}
-		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
-		if err != nil {
-			return got, fmt.Errorf("direct get: bad Nats-Sequence %q", m.Header.Get("Nats-Sequence"))
-		}
-		if want[seq] {
-			got[seq] = m
+		if req, err := requestFromBody(m.Data); err == nil {
+			if op := events.OpID(req.Fingerprint()); want[op] {
+				got[op] = req.Args
+			}
 		}
 	}
+}
+
+// requestFromBody reads a stored request from its body alone: the request
+// itself in binary mode, a CloudEvents envelope in structured mode.
+func requestFromBody(body []byte) (*events.Request, error) {
+	var req events.Request
+	if err := json.Unmarshal(body, &req); err == nil && req.Workspace != "" {
+		return &req, req.Validate()
+	}
+	ev, err := events.Decode(nats.Header{events.HeaderContentType: []string{events.ContentTypeStructured}}, body)
+	if err != nil {
+		return nil, err
+	}
+	data, err := events.DecodeData(ev)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := data.(*events.Request)
+	if !ok {
+		return nil, fmt.Errorf("not a request")
+	}
+	return r, r.Validate()
 }

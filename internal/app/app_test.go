@@ -3,12 +3,14 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,4 +34,37 @@ func TestEchoRunsEndToEnd(t *testing.T) {
 	assert.Equal(t, "read", op.Class)
 	assert.Equal(t, events.ArgsDigest([]byte(`{"a":[1,"x"],"b":2}`)), op.ArgsDigest)
 	assert.JSONEq(t, `{"a":[1,"x"],"b":2}`, string(op.Result))
+}
+
+// A request in structured content mode (the CloudEvent as one JSON
+// document) runs like a binary one, including the batched args fetch.
+func TestStructuredModeRequestRuns(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, nc := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 20 {
+		req := events.Request{Workspace: "structured", Agent: "a", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+		require.NoError(t, req.Validate())
+		body, err := json.Marshal(map[string]any{
+			"specversion": "1.0", "type": string(events.TypeRequested), "source": "test", "id": req.FingerprintHex(),
+			"datacontenttype": "application/json", "data": req,
+		})
+		require.NoError(t, err)
+		m := nats.NewMsg(events.RequestSubject("structured"))
+		m.Header.Set("Content-Type", "application/cloudevents+json")
+		m.Data = body
+		require.NoError(t, nc.PublishMsg(m))
+		ids = append(ids, events.OpID(req.Fingerprint()))
+	}
+	for i, id := range ids {
+		require.Eventually(t, func() bool {
+			op, err := c.Op(ctx, id)
+			return err == nil && op.State == events.StateCompleted
+		}, 10*time.Second, 10*time.Millisecond)
+		op, err := c.Op(ctx, id)
+		require.NoError(t, err)
+		assert.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), string(op.Result))
+	}
 }

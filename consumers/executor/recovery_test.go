@@ -1,0 +1,138 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// scripted is an executor whose recovery verdict the test sets.
+type scripted struct {
+	recovery  executor.Recovery
+	runs      atomic.Int32
+	recovered atomic.Int32
+}
+
+func (s *scripted) Tool() string        { return "scripted" }
+func (s *scripted) Class() policy.Class { return policy.ClassWrite }
+func (s *scripted) Execute(_ context.Context, c executor.Call) (json.RawMessage, error) {
+	s.runs.Add(1)
+	return json.RawMessage(`{"ran":true}`), nil
+}
+func (s *scripted) Recover(context.Context, executor.Call, string) (executor.Recovery, error) {
+	s.recovered.Add(1)
+	return s.recovery, nil
+}
+
+// lostClaim writes what a runner that died mid-call leaves behind: the
+// request, the decided event, and a claim made through the default
+// consumer's first delivery of it.
+func lostClaim(t *testing.T, n *testenv.NATS) (op string, claimSeq uint64) {
+	t.Helper()
+	ctx := context.Background()
+	req := events.Request{Workspace: "rec", Agent: "a", Tool: "scripted", Args: json.RawMessage(`{"x":1}`)}
+	require.NoError(t, req.Validate())
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	ev, err := events.NewEventRaw(events.TypeRequested, "test", "", req.FingerprintHex(), body)
+	require.NoError(t, err)
+	ack, err := n.JetStream.PublishMsg(ctx, events.Encode(events.RequestSubject("rec"), ev))
+	require.NoError(t, err)
+	op = events.OpID(req.Fingerprint())
+	ops, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	target := oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}
+	hdr := events.OpHeader{OpID: op, Workspace: "rec"}
+	decidedSeq, err := oplog.Append(ctx, n.JetStream, ops, target, 0, events.TypeDecided, "test", &events.Decided{
+		OpHeader: hdr, Request: &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: "scripted", Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
+		PolicyHash: "sha256:test", Reason: "test",
+	})
+	require.NoError(t, err)
+	claimSeq, err = oplog.Append(ctx, n.JetStream, ops, target, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
+		OpHeader: hdr, Attempt: "lost-attempt", Executor: "scripted",
+		WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
+	})
+	require.NoError(t, err)
+	return op, claimSeq
+}
+
+func runRunner(t *testing.T, n *testenv.NATS, ex executor.Executor) {
+	t.Helper()
+	reg, err := executor.NewRegistry(ex)
+	require.NoError(t, err)
+	r, err := executor.NewRunner(executor.Config{JetStream: n.JetStream, Registry: reg, ClaimTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func lastEvent(t *testing.T, js jetstream.JetStream, op string) *oplog.Event {
+	t.Helper()
+	ops, err := js.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	var last *oplog.Event
+	require.Eventually(t, func() bool {
+		last, err = oplog.Last(context.Background(), ops, "rec", op)
+		require.NoError(t, err)
+		return last.Type == events.TypeCompleted || last.Type == events.TypeAmbiguous || last.Type == events.TypeFailed
+	}, 10*time.Second, 10*time.Millisecond)
+	return last
+}
+
+func TestLostClaimRecovery(t *testing.T) {
+	cases := []struct {
+		name     string
+		recovery executor.Recovery
+		want     events.Type
+		runs     int32
+	}{
+		{"ambiguous is terminal and never reruns", executor.Recovery{Action: executor.Ambiguous, Known: "may have run"}, events.TypeAmbiguous, 0},
+		{"done records the executor's own result", executor.Recovery{Action: executor.Done, Result: json.RawMessage(`{"from":"ledger"}`)}, events.TypeCompleted, 0},
+		{"rerun runs once under a new claim", executor.Recovery{Action: executor.Rerun}, events.TypeCompleted, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			n := testenv.StartNATS(t, streams.Config{})
+			op, _ := lostClaim(t, n)
+			ex := &scripted{recovery: tc.recovery}
+			runRunner(t, n, ex)
+			last := lastEvent(t, n.JetStream, op)
+			assert.Equal(t, tc.want, last.Type)
+			assert.Equal(t, tc.runs, ex.runs.Load())
+			assert.Equal(t, int32(1), ex.recovered.Load())
+			switch d := last.Data.(type) {
+			case *events.Ambiguous:
+				assert.Equal(t, "lost-attempt", d.Attempt)
+				assert.Equal(t, events.CodeAmbiguous, d.Code)
+				assert.Equal(t, "may have run", d.Known)
+			case *events.Completed:
+				assert.True(t, d.Recovered, "completed through recovery")
+				if tc.recovery.Action == executor.Done {
+					assert.JSONEq(t, `{"from":"ledger"}`, string(d.Result))
+				} else {
+					assert.JSONEq(t, `{"ran":true}`, string(d.Result))
+				}
+			}
+		})
+	}
+}

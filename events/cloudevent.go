@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -30,11 +31,23 @@ const (
 // and data marshalled as JSON. subject is the ce-subject (the op id for op
 // events).
 func NewEvent(t Type, source, subject string, data any) (event.Event, error) {
-	body, err := json.Marshal(data)
+	body, err := MarshalJSON(data)
 	if err != nil {
 		return event.Event{}, fmt.Errorf("marshal %s: %w", t.Short(), err)
 	}
 	return NewEventRaw(t, source, subject, nuid.Next(), body)
+}
+
+// MarshalJSON is json.Marshal without HTML escaping, so embedded JSON
+// (args, results) is stored byte for byte as its digest was taken.
+func MarshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // NewEventRaw is NewEvent with a chosen id and pre-encoded JSON data.

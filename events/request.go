@@ -18,7 +18,7 @@ const (
 	MaxArgsBytes = 256 << 10
 	// MaxIdempotencyKeyBytes bounds the optional idempotency key.
 	MaxIdempotencyKeyBytes = 256
-	// MaxResultBytes bounds the canonical result an executor may store.
+	// MaxResultBytes bounds the compacted result an executor may store.
 	MaxResultBytes = 512 << 10
 )
 

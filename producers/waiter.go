@@ -43,41 +43,24 @@ func (w *waiter) finish() {
 	}
 }
 
-// event folds one op event into the outcome.
+// event folds one op event into the outcome: a terminal event ends the
+// wait with the same outcome a reply would carry.
 func (w *waiter) event(t events.Type, data any) {
+	if r, ok := events.OutcomeReply(data); ok {
+		w.reply(r)
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
-		return
-	}
-	o := &w.outcome
-	switch d := data.(type) {
+	switch data.(type) {
 	case *events.Decided:
-		o.State = events.StateReady
+		w.outcome.State = events.StateReady
 	case *events.Held:
-		o.State = events.StateHeld
+		w.outcome.State = events.StateHeld
 	case *events.Granted:
-		o.State = events.StateGranted
+		w.outcome.State = events.StateGranted
 	case *events.Claimed:
-		o.State = events.StateExecuting
-	case *events.Completed:
-		o.State, o.Result = events.StateCompleted, d.Result
-	case *events.Failed:
-		o.State, o.Code, o.Message = events.StateFailed, d.Code, d.Message
-	case *events.Denied:
-		o.State, o.Code, o.Message = events.StateDenied, d.Code, d.Reason
-	case *events.Expired:
-		o.State, o.Code, o.Message = events.StateExpired, events.CodeHoldExpired, "hold "+d.HoldID+" expired"
-	case *events.Ambiguous:
-		o.State, o.Code, o.Message = events.StateAmbiguous, d.Code, d.Known
-	case *events.Scrubbed:
-		// The outcome was an earlier event: read it from the projection
-		// only if needed; the state is already terminal here.
-	default:
-		return
-	}
-	if o.State.Terminal() {
-		w.finish()
+		w.outcome.State = events.StateExecuting
 	}
 }
 

@@ -25,7 +25,7 @@ const Source = "airlock/executor"
 
 // Config configures a Runner.
 type Config struct {
-	// JetStream reads work items and appends op events. Required.
+	// JetStream reads decided events and appends op events. Required.
 	JetStream jetstream.JetStream
 	// Registry holds the executors to run. Required.
 	Registry *Registry
@@ -36,7 +36,7 @@ type Config struct {
 	// call holds up only its own batch. Default 4.
 	Loops int
 	// ClaimTimeout is how long a claimed op may go without a heartbeat
-	// before its work item is redelivered and recovery decides; default
+	// before its decided event is redelivered and recovery decides; default
 	// 30s. Runners heartbeat every third of it while a call runs.
 	ClaimTimeout time.Duration
 	// RecordRetries is how often a result append is retried before the
@@ -79,7 +79,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Runner runs the registered executors over their work items.
+// Runner runs the registered executors over their tools' decided events.
 type Runner struct {
 	cfg      Config
 	ops      jetstream.Stream
@@ -95,7 +95,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	return &Runner{cfg: cfg, inflight: inflight{ops: map[string]struct{}{}}}, nil
 }
 
-// Run takes work items of every registered tool until ctx ends.
+// Run takes the decided events of every registered tool until ctx ends.
 func (r *Runner) Run(ctx context.Context) error {
 	js := r.cfg.JetStream
 	ops, err := js.Stream(ctx, streams.Ops)
@@ -140,7 +140,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// job is one work item of a batch.
+// job is one delivered decided event of a batch.
 type job struct {
 	m     jetstream.Msg
 	d     delivery
@@ -152,7 +152,7 @@ type job struct {
 	err   error  // how the item settles; see settle
 }
 
-// handleBatch settles a batch of work items: args are fetched together,
+// handleBatch settles a batch of decided events: args are fetched together,
 // claims appended together, the calls run concurrently (at most Workers at
 // once), and the outcomes appended together before the items are acked.
 func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.Msg) {
@@ -281,7 +281,7 @@ func (r *Runner) newJob(m jetstream.Msg) *job {
 	}
 }
 
-// settle acks, naks or leaves a work item as its job's error says.
+// settle acks, naks or leaves a delivery as its job's error says.
 func (r *Runner) settle(j *job) {
 	switch err := j.err; {
 	case err == nil:
@@ -341,9 +341,9 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 	return nil
 }
 
-// conflict settles a job whose claim lost: the op moved on, another copy of
-// the work item claimed it, or an earlier delivery of this very item
-// claimed it and its runner is gone.
+// conflict settles a job whose claim lost: the op moved on, another group
+// claimed it, a later delivery holds the claim, or an earlier delivery of
+// this very event claimed it and its runner is gone.
 func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
@@ -351,8 +351,12 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 	}
 	c, ok := last.Data.(*events.Claimed)
 	switch {
+	case last.Seq <= j.d.item.ReadySeq:
+		// The read lags the write that beat our claim (a replica behind
+		// the leader): look again later rather than drop the delivery.
+		return fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
 	case !ok:
-		j.log.Debug("op already moved on; work item dropped", "event_type", last.Type)
+		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
 		r.answer(j.d.item, last.Data)
 		return nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
@@ -365,7 +369,7 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
 	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
 }
 
-// answer sends a terminal event's outcome to the work item's reply inbox.
+// answer sends a terminal event's outcome to the request's reply inbox.
 func (r *Runner) answer(item work, data any) {
 	if item.ReplyTo == "" || !events.ValidInbox(item.ReplyTo) {
 		return
@@ -374,7 +378,7 @@ func (r *Runner) answer(item work, data any) {
 	if !ok {
 		return
 	}
-	body, err := json.Marshal(reply)
+	body, err := events.MarshalJSON(reply)
 	if err == nil {
 		err = r.cfg.JetStream.Conn().Publish(item.ReplyTo, body)
 	}
@@ -392,10 +396,10 @@ var (
 	errNotClaimed = errors.New("executor: failed before claiming")
 )
 
-// delivery is one delivery of a work item.
+// delivery is one delivery of a decided event.
 type delivery struct {
 	item    work
-	workSeq uint64 // the work item's sequence in AIRLOCK_WORK
+	workSeq uint64 // the decided event's sequence in AIRLOCK_OPS
 	n       uint64 // its delivery count
 }
 
@@ -567,7 +571,7 @@ func hdr(item work) events.OpHeader {
 }
 
 // inflight is the set of ops this process is running, so two deliveries of
-// one work item in hand at once do not both act.
+// one decided event in hand at once do not both act.
 type inflight struct {
 	mu  sync.Mutex
 	ops map[string]struct{}

@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,7 +32,7 @@ type Config struct {
 	// policy allows for any other tool is denied with NO_EXECUTOR rather
 	// than left ready for ever. Nil when executors run elsewhere.
 	Tools map[string]bool
-	// Loops is how many batches are handled at once; default 2.
+	// Loops is how many batches are handled at once; default 4.
 	Loops int
 	// MaxBatch bounds the requests of one batch; default 256.
 	MaxBatch int
@@ -325,7 +324,7 @@ func (g *Gate) reply(inbox string, r events.Reply) {
 	if inbox == "" {
 		return
 	}
-	body, _ := json.Marshal(r)
+	body, _ := events.MarshalJSON(r)
 	if err := g.cfg.Conn.Publish(inbox, body); err != nil {
 		g.cfg.Logger.Debug("reply", "subject", inbox, "err", err)
 	}

@@ -4,7 +4,7 @@
 //
 // # Exactly-once apply
 //
-// The projector reads AIRLOCK_EVENTS with an ordered consumer starting after
+// The projector reads AIRLOCK_OPS with an ordered consumer starting after
 // the last applied sequence that the store holds. It applies messages in
 // batches and writes the sequence of the batch's last message in the same
 // Pebble batch, so a crash at any point leaves the store at a batch

@@ -216,20 +216,27 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	if !isOp {
 		return nil
 	}
-	if ws, op, _, verb, ok := events.OpSubjectParts(m.Subject()); !ok || ws != h.Workspace || op != h.OpID || verb != typ.Short() {
+	ws, op, tool, verb, ok := events.OpSubjectParts(m.Subject())
+	if !ok || ws != h.Workspace || op != h.OpID || verb != typ.Short() {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event on another op's subject; skipped",
 			"op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
 		return nil
 	}
-	// The server enforced an expected last subject sequence of 0: this is
-	// the op's first event, so the op cannot exist yet.
-	first := m.Headers().Get(jetstream.ExpectedLastSubjSeqHeader) == "0"
-	op, err := b.Op(h.OpID, first)
+	// The server checked an expected last sequence of 0 over every event of
+	// this op: this is its first event, so the op cannot exist yet.
+	first := m.Headers().Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
+		m.Headers().Get(jetstream.ExpectedLastSubjSeqSubjHeader) == events.OpFilter(ws, op)
+	rec, err := b.Op(h.OpID, first)
 	if err != nil {
 		return fmt.Errorf("projector: seq %d: %w", seq, err)
 	}
-	if err := op.Apply(data, seq, md.Timestamp.UTC()); err != nil {
+	if rec.State != events.StateNew && rec.Tool != "" && tool != rec.Tool {
+		p.anomalies.Add(1)
+		p.cfg.Logger.Warn("op event names another tool; skipped", "op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
+		return nil
+	}
+	if err := rec.Apply(data, seq, md.Timestamp.UTC()); err != nil {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event breaks the state machine; skipped",
 			"op", h.OpID, "ws", h.Workspace, "event_type", typ, "seq", seq, "err", err)

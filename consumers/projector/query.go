@@ -82,7 +82,7 @@ func (q *query) op(req micro.Request) {
 		respondError(req, events.Errorf(events.CodeInternal, "%v", err))
 		return
 	}
-	_ = req.RespondJSON(op)
+	respond(req, op)
 }
 
 func (q *query) ops(req micro.Request) {
@@ -121,7 +121,7 @@ func (q *query) ops(req micro.Request) {
 	if ops == nil {
 		ops = []*events.Op{}
 	}
-	_ = req.RespondJSON(ListResult{Ops: ops, Next: next})
+	respond(req, ListResult{Ops: ops, Next: next})
 }
 
 // respondError answers with the micro error headers set to the stable code
@@ -133,4 +133,14 @@ func respondError(req micro.Request, err error) {
 	}
 	body, _ := json.Marshal(e)
 	_ = req.Error(string(e.Code), e.Message, body)
+}
+
+// respond answers with v as JSON, embedded results byte for byte.
+func respond(req micro.Request, v any) {
+	body, err := events.MarshalJSON(v)
+	if err != nil {
+		respondError(req, events.Errorf(events.CodeInternal, "%v", err))
+		return
+	}
+	_ = req.Respond(body)
 }

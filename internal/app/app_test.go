@@ -68,3 +68,23 @@ func TestStructuredModeRequestRuns(t *testing.T) {
 		assert.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), string(op.Result))
 	}
 }
+
+// Results are stored byte for byte as their digest was taken, HTML
+// characters and line separators included.
+func TestResultStoredAsDigested(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := c.Submit(ctx, events.Request{Workspace: "w", Agent: "a", Tool: "echo", Args: json.RawMessage("{\"html\":\"<a href='x'>&amp;</a>\",\"sep\":\"\u2028\"}")})
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, out.State)
+	assert.Contains(t, string(out.Result), "<a href='x'>&amp;</a>")
+	var op *events.Op
+	require.Eventually(t, func() bool {
+		op, err = c.Op(ctx, out.OpID)
+		return err == nil
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, events.Digest(op.Result), op.ResultDigest)
+	assert.Equal(t, string(out.Result), string(op.Result))
+}

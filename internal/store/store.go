@@ -211,7 +211,7 @@ func (b *Batch) Commit(sync bool) error {
 		if e.op.State == events.StateNew {
 			continue // looked up but never created
 		}
-		v, err := json.Marshal(e.op)
+		v, err := events.MarshalJSON(e.op)
 		if err != nil {
 			return fmt.Errorf("store: marshal op %s: %w", id, err)
 		}

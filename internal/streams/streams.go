@@ -7,6 +7,7 @@ package streams
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -104,9 +105,22 @@ func storage(c Config) jetstream.StorageType {
 // Provision creates or updates both streams.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c)} {
+		if st, err := js.Stream(ctx, sc.Name); err == nil && same(st.CachedInfo().Config, sc) {
+			continue // nothing to change: no update, no advisory
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// same reports whether the server's config has every setting Airlock sets.
+func same(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Description == want.Description &&
+		have.Retention == want.Retention && have.Storage == want.Storage &&
+		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates &&
+		have.MaxMsgSize == want.MaxMsgSize && have.Discard == want.Discard &&
+		have.AllowDirect == want.AllowDirect && have.DenyPurge == want.DenyPurge &&
+		have.DenyDelete == want.DenyDelete
 }

@@ -1,0 +1,28 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A small run checks the arithmetic of the report, not the speed.
+func TestRunReportsConsistentFigures(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Dir: t.TempDir()})
+	require.NoError(t, err)
+	assert.Equal(t, 300, res.Ops)
+	assert.Equal(t, 300, res.Completed)
+	assert.Equal(t, 4.0, res.MsgsPerOp) // request, decided, claimed, completed
+	assert.Equal(t, 1200, res.RawMsgs)
+	assert.Greater(t, res.RawMsgBytes, 100)
+	assert.Greater(t, res.OpsPerS, 0.0)
+	assert.Greater(t, res.RawMsgsPerS, 0.0)
+	assert.InDelta(t, res.OpsPerS*res.MsgsPerOp/res.RawMsgsPerS, res.Efficiency, 1e-9)
+	assert.LessOrEqual(t, res.P50MS, res.P99MS)
+}

@@ -1,0 +1,80 @@
+package oplog_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAppendIsCompareAndSwapOverTheWholeOp(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := context.Background()
+	st, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	op := oplog.Op{Workspace: "w", ID: "op_0123456789abcdef0123456789abcdef", Tool: "echo"}
+	hdr := events.OpHeader{OpID: op.ID, Workspace: "w"}
+
+	_, err = oplog.Last(ctx, st, "w", op.ID)
+	assert.ErrorIs(t, err, oplog.ErrEmpty)
+
+	decided := &events.Decided{OpHeader: hdr, Request: &events.Summary{Tool: "echo"}, PolicyHash: "p"}
+	seq, err := oplog.Append(ctx, n.JetStream, st, op, 0, events.TypeDecided, "test", decided)
+	require.NoError(t, err)
+
+	// A second first event loses, whatever its verb.
+	_, err = oplog.Append(ctx, n.JetStream, st, op, 0, events.TypeDenied, "test", &events.Denied{OpHeader: hdr, Request: &events.Summary{}, Code: events.CodeCapabilityDenied})
+	assert.ErrorIs(t, err, oplog.ErrConflict)
+	assert.True(t, oplog.IsConflict(err))
+
+	// Ten racing claims on one expected sequence: exactly one wins.
+	var wins, losses int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := oplog.Append(ctx, n.JetStream, st, op, seq, events.TypeClaimed, "test", &events.Claimed{OpHeader: hdr, Attempt: string(rune('a' + i))})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, oplog.ErrConflict):
+				losses++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, 1, wins)
+	assert.Equal(t, 9, losses)
+
+	last, err := oplog.Last(ctx, st, "w", op.ID)
+	require.NoError(t, err)
+	assert.Equal(t, events.TypeClaimed, last.Type)
+	assert.Equal(t, events.OpEventSubject("w", op.ID, "echo", events.TypeClaimed), lastSubject(t, st, op.ID))
+	assert.Greater(t, last.Seq, seq)
+
+	// Another op is untouched by this one's sequence.
+	other := oplog.Op{Workspace: "w", ID: "op_ffffffffffffffffffffffffffffffff", Tool: "echo"}
+	_, err = oplog.Append(ctx, n.JetStream, st, other, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: other.ID, Workspace: "w"}, Request: &events.Summary{}})
+	require.NoError(t, err)
+}
+
+func lastSubject(t *testing.T, st jetstream.Stream, op string) string {
+	t.Helper()
+	raw, err := st.GetLastMsgForSubject(context.Background(), events.OpFilter("w", op))
+	require.NoError(t, err)
+	return raw.Subject
+}

@@ -1,0 +1,99 @@
+package store_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func opID(i int) string { return fmt.Sprintf("op_%032x", i) }
+
+func decided(i int) *events.Decided {
+	return &events.Decided{OpHeader: events.OpHeader{OpID: opID(i), Workspace: "w"}, Request: &events.Summary{Tool: "echo"}}
+}
+
+func TestBatchesSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	require.NoError(t, err)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	// One batch creates ten ops and moves three of them on.
+	b := st.NewBatch()
+	for i := range 10 {
+		op, err := b.Op(opID(i), true)
+		require.NoError(t, err)
+		require.NoError(t, op.Apply(decided(i), uint64(i+1), at))
+	}
+	for i := range 3 {
+		op, err := b.Op(opID(i), false)
+		require.NoError(t, err)
+		require.NoError(t, op.Apply(&events.Claimed{OpHeader: events.OpHeader{OpID: opID(i), Workspace: "w"}, Attempt: "a"}, uint64(11+i), at))
+	}
+	b.SetApplied(13)
+	require.NoError(t, b.Commit(true))
+
+	// A second batch completes one, reading it through the live cache.
+	b = st.NewBatch()
+	op, err := b.Op(opID(0), false)
+	require.NoError(t, err)
+	require.Equal(t, events.StateExecuting, op.State)
+	require.NoError(t, op.Apply(&events.Completed{OpHeader: events.OpHeader{OpID: opID(0), Workspace: "w"}, Attempt: "a", Result: json.RawMessage(`{}`)}, 14, at))
+	b.SetApplied(14)
+	require.NoError(t, b.Commit(false))
+	require.NoError(t, st.Close())
+
+	st, err = store.Open(dir)
+	require.NoError(t, err)
+	defer st.Close()
+	applied, err := st.Applied()
+	require.NoError(t, err)
+	assert.Equal(t, uint64(14), applied)
+	got, err := st.Op(opID(0))
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, got.State)
+	assert.Equal(t, uint64(14), got.Version)
+	assert.Equal(t, uint64(1), got.FirstSeq)
+	_, err = st.Op(opID(99))
+	assert.ErrorIs(t, err, store.ErrNotFound)
+
+	count := func(s events.State) int {
+		ops, next, err := st.List(s, "", store.MaxPage)
+		require.NoError(t, err)
+		assert.Empty(t, next)
+		return len(ops)
+	}
+	assert.Equal(t, 1, count(events.StateCompleted))
+	assert.Equal(t, 2, count(events.StateExecuting))
+	assert.Equal(t, 7, count(events.StateReady))
+	assert.Equal(t, 10, count(events.StateNew))
+
+	// Pages of three walk all ten in creation order, then stop.
+	var ids []string
+	cursor := ""
+	for {
+		page, next, err := st.List(events.StateNew, cursor, 3)
+		require.NoError(t, err)
+		for _, op := range page {
+			ids = append(ids, op.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	want := make([]string, 10)
+	for i := range want {
+		want[i] = opID(i)
+	}
+	assert.Equal(t, want, ids)
+
+	_, _, err = st.List(events.StateNew, "not-hex", 3)
+	assert.ErrorIs(t, err, store.ErrBadCursor)
+}

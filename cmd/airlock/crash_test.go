@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,8 +88,6 @@ func TestCrashUnderLoad(t *testing.T) {
 	// Every op ended once; every completed op ran exactly once.
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := js.Stream(ctx, streams.Ops)
-	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
 	require.True(t, os.IsNotExist(err), "an op executed twice")
 	counts := map[events.State]int{}
@@ -97,7 +95,7 @@ func TestCrashUnderLoad(t *testing.T) {
 		require.True(t, out.Terminal(), "op %d: %+v", i, out)
 		counts[out.State]++
 		terminals := 0
-		for _, typ := range opEventTypes(t, js, st, "crash", out.OpID) {
+		for _, typ := range testenv.OpEvents(t, js, "crash", out.OpID) {
 			if typ == events.TypeCompleted || typ == events.TypeFailed || typ == events.TypeAmbiguous || typ == events.TypeDenied {
 				terminals++
 			}
@@ -135,25 +133,4 @@ func TestCrashUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("ops claimed more than once (recovered after a kill): %d", retried)
-}
-
-// opEventTypes lists the types of the events on one op subject.
-func opEventTypes(t *testing.T, js jetstream.JetStream, st jetstream.Stream, ws, op string) []events.Type {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
-	require.NoError(t, err)
-	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	if info.NumPending == 0 {
-		return nil
-	}
-	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	var types []events.Type
-	for m := range batch.Messages() {
-		types = append(types, events.Type(m.Headers().Get("ce-type")))
-	}
-	return types
 }

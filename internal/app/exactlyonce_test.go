@@ -51,29 +51,6 @@ func requestMsg(t *testing.T, req events.Request) *nats.Msg {
 	return events.Encode(events.RequestSubject(req.Workspace), ev)
 }
 
-// opEvents returns the types of every event on an op's subject, in order.
-func opEvents(t *testing.T, js jetstream.JetStream, ws, op string) []events.Type {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
-	require.NoError(t, err)
-	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	n := int(info.NumPending)
-	var types []events.Type
-	if n == 0 {
-		return nil
-	}
-	batch, err := cons.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	for m := range batch.Messages() {
-		types = append(types, events.Type(m.Headers().Get("ce-type")))
-	}
-	require.NoError(t, batch.Error())
-	return types
-}
-
 func waitTerminal(t *testing.T, a *app.App, op string) *events.Op {
 	t.Helper()
 	var got *events.Op
@@ -108,7 +85,7 @@ func TestDuplicatePublishRunsOnce(t *testing.T) {
 	got := waitTerminal(t, a, op)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, op))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, a.JetStream, "ws", op))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
 
 func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
@@ -136,7 +113,7 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, reqsBefore+1, after.CachedInfo().State.Msgs, "the retry is stored (the window passed) but adds no op event")
 	assert.Equal(t, 1, executions(t, counter, first.OpID))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, a.JetStream, "ws", first.OpID))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", first.OpID))
 }
 
 func TestRacingExecutorsRunOnce(t *testing.T) {
@@ -162,7 +139,7 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, got.State, id)
 		assert.Equal(t, 1, got.Attempts, id)
 		assert.Equal(t, 1, executions(t, counter, id), id)
-		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, opEvents(t, n.JetStream, "race", id))
+		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "race", id))
 	}
 	// Both groups took every decided event and settled it: the winner by
 	// running it, the loser by reading the winner's claim.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -80,4 +81,26 @@ func Client(t testing.TB, url string, opts ...producers.Option) (*producers.Clie
 		nc.Close()
 	})
 	return c, nc
+}
+
+// OpEvents lists the types of every event of one op, in stream order.
+func OpEvents(t testing.TB, js jetstream.JetStream, ws, op string) []events.Type {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	if info.NumPending == 0 {
+		return nil
+	}
+	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var types []events.Type
+	for m := range batch.Messages() {
+		types = append(types, events.Type(m.Headers().Get(events.HeaderPrefix+"type")))
+	}
+	require.NoError(t, batch.Error())
+	return types
 }

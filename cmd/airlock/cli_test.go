@@ -41,11 +41,18 @@ func TestCLI(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	ledger := t.TempDir()
-	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger})
+	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger}, "--workspace-mode", "vault=locked")
 	server := "--server=" + srv.url
 
+	// A locked workspace runs read tools only.
+	out, _, code := run(t, "submit", server, "--ws", "vault", "--agent", "me", "--tool", "count", "--json")
+	assert.Equal(t, 4, code, out)
+	assert.Contains(t, out, `"error_code":"WORKSPACE_LOCKED"`)
+	out, _, code = run(t, "submit", server, "--ws", "vault", "--agent", "me", "--tool", "echo", "--json")
+	assert.Equal(t, 0, code, out)
+
 	// completed: exit 0, one JSON object with op_id, state and result.
-	out, _, code := run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
 	require.Equal(t, 0, code, out)
 	var got struct {
 		OpID   string          `json:"op_id"`
@@ -120,12 +127,12 @@ func TestCLI(t *testing.T) {
 		} `json:"ops"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	require.Len(t, list.Ops, 1)
+	require.Len(t, list.Ops, 2) // the locked workspace's write, the unknown tool
 	assert.Equal(t, "denied", list.Ops[0].State)
 
 	out, _, code = run(t, "ops", "list", server)
 	require.Equal(t, 0, code)
-	assert.Equal(t, 4, strings.Count(out, "\n"), out) // header and three ops
+	assert.Equal(t, 6, strings.Count(out, "\n"), out) // header and five ops
 
 	_, stderr, code := run(t, "ops", "get", server, "op_00000000000000000000000000000000")
 	assert.Equal(t, 1, code)

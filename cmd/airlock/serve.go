@@ -55,6 +55,9 @@ func newServe() *cobra.Command {
 	f.StringVar(&cfg.ExecutorGroup, "executor-group", "", "durable consumer group of this process's executors (processes of one group share work)")
 	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
+	f.StringToStringVar(&cfg.Policy.Workspaces, "workspace-mode", nil, "permission mode of a workspace, WS=auto|locked (repeatable; anything else is locked)")
+	f.StringVar(&cfg.Policy.DefaultMode, "default-mode", "auto", "permission mode of workspaces not named by --workspace-mode")
+	f.StringToStringVar(&cfg.Policy.Tools, "tool-class", nil, "capability class of a tool, TOOL=read|write|exec|network|destructive (repeatable; overrides the executor's own)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
@@ -68,7 +71,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 	if a.Server != nil && cfg.Monitor != "" {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
 	}
-	fmt.Printf("  data:    %s\n  streams: %s, %s\n", cfg.DataDir, streams.Requests, streams.Ops)
+	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
 	select {
 	case <-ctx.Done():
 		cfg.Logger.Info("shutting down")

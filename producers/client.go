@@ -258,7 +258,14 @@ func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (O
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return Outcome{}, ctx.Err()
 			}
-			o, _, _ := w.result()
+			// One last look, so a pending outcome says where the op stands.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			c.refresh(rctx, w, ws, opID)
+			cancel()
+			o, err, done := w.result()
+			if done {
+				return o, err
+			}
 			o.Pending = true
 			return o, nil
 		}

@@ -39,6 +39,7 @@ func TestSubmitOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, out.Pending)
 	assert.False(t, out.Terminal())
+	assert.Equal(t, events.StateExecuting, out.State)
 	assert.Regexp(t, `^op_[0-9a-f]{32}$`, out.OpID)
 
 	// Released, a retry of the same request finds the same op completed.

@@ -12,6 +12,11 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// minDedupeWindow is the shortest --dedupe-window: at least the gate's
+// AckWait (30s), so a request redelivered after a lost ack is still
+// recognised by its Nats-Msg-Id.
+const minDedupeWindow = time.Minute
+
 // shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
 const shutdownTimeout = 30 * time.Second
 
@@ -38,6 +43,9 @@ func newServe() *cobra.Command {
 				return usageError("--log-level: %v", err)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cfg.Streams.Duplicates < minDedupeWindow {
+				return usageError("--dedupe-window %s is below %s: a request redelivered after a lost ack must still be recognised", cfg.Streams.Duplicates, minDedupeWindow)
+			}
 			if cfg.NATSURL != "" {
 				cfg.Listen, cfg.Monitor = "", ""
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -14,6 +15,10 @@ import (
 // maxFetchBatch bounds the request messages one batched direct get asks
 // for.
 const maxFetchBatch = 256
+
+// fetchTimeout bounds one batched direct get; what it has not returned by
+// then is read one by one.
+const fetchTimeout = 5 * time.Second
 
 // fetchAll reads the args of a batch of jobs. Requests of one workspace are
 // read with one batched direct get (the server's next_by_subj batch); a
@@ -51,6 +56,8 @@ func (r *Runner) fetchAll(ctx context.Context, jobs []*job) {
 // fingerprint must derive the op id, which is the same check a single fetch
 // makes, so a body that is not some op's request is never taken for it.
 func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[string]json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	defer cancel()
 	seqs := make([]uint64, 0, len(group))
 	want := make(map[string]bool, len(group))
 	for _, j := range group {

@@ -132,7 +132,11 @@ func (r *Runner) Run(ctx context.Context) error {
 			return fmt.Errorf("executor: consumer for %s: %w", tool, err)
 		}
 		g.Go(func() error {
-			return pull.Batches(gctx, cons, r.cfg.Loops, r.cfg.Workers, func(ctx context.Context, msgs []jetstream.Msg) {
+			// Deliveries are marked in progress from the moment they arrive
+			// until settled, queued or running: JetStream redelivers only
+			// what a process that is gone held.
+			beat := pull.Config{Loops: r.cfg.Loops, Max: r.cfg.Workers, Heartbeat: r.cfg.ClaimTimeout / 3}
+			return pull.Batches(gctx, cons, beat, func(ctx context.Context, msgs []jetstream.Msg) {
 				r.handleBatch(ctx, ex, msgs)
 			})
 		})
@@ -170,8 +174,6 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			r.inflight.release(j.d.item.OpID)
 		}
 	}()
-	stopBeat := r.heartbeat(jobs)
-	defer stopBeat()
 
 	r.fetchAll(ctx, jobs)
 	for _, j := range jobs {
@@ -189,6 +191,11 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			seq, err := j.claim.Wait(ctx, r.ops)
 			switch {
 			case errors.Is(err, oplog.ErrConflict):
+				if seq, mine := r.ownClaim(ctx, j); mine {
+					j.seq = seq
+					run = append(run, j)
+					continue
+				}
 				j.err = r.conflict(ctx, ex, j)
 			case err != nil:
 				j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
@@ -341,6 +348,17 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 	return nil
 }
 
+// ownClaim reports whether the op's newest event is this job's own claim,
+// reported as a conflict because a read-back lagged its landing.
+func (r *Runner) ownClaim(ctx context.Context, j *job) (uint64, bool) {
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
+	if err != nil {
+		return 0, false
+	}
+	c, ok := last.Data.(*events.Claimed)
+	return last.Seq, ok && c.Attempt == j.call.Attempt
+}
+
 // conflict settles a job whose claim lost: the op moved on, another group
 // claimed it, a later delivery holds the claim, or an earlier delivery of
 // this very event claimed it and its runner is gone.
@@ -401,29 +419,6 @@ type delivery struct {
 	item    work
 	workSeq uint64 // the decided event's sequence in AIRLOCK_OPS
 	n       uint64 // its delivery count
-}
-
-// heartbeat tells JetStream the jobs' items are still in hand until
-// stopped.
-func (r *Runner) heartbeat(jobs []*job) func() {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		t := time.NewTicker(r.cfg.ClaimTimeout / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				for _, j := range jobs {
-					_ = j.m.InProgress()
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
 }
 
 // recover settles an op whose attempt claim.Recovers was claimed by a runner that is

@@ -108,7 +108,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}
-	return pull.Batches(ctx, cons, g.cfg.Loops, g.cfg.MaxBatch, g.handleBatch)
+	return pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
 }
 
 // admission is one request of a batch on its way to an op.

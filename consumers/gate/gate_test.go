@@ -42,8 +42,11 @@ func TestBadInputIsRejected(t *testing.T) {
 	before, err := c.Submit(ctx, good)
 	require.NoError(t, err)
 	require.Equal(t, events.StateCompleted, before.State)
-	opBefore, err := c.Op(ctx, before.OpID)
-	require.NoError(t, err)
+	var opBefore *events.Op
+	require.Eventually(t, func() bool { // the projector folds completed after the reply
+		opBefore, err = c.Op(ctx, before.OpID)
+		return err == nil && opBefore.State == events.StateCompleted
+	}, 10*time.Second, 10*time.Millisecond)
 
 	valid := func(r events.Request) []byte {
 		b, err := json.Marshal(r)
@@ -180,7 +183,7 @@ func TestDeniedByPolicy(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StateDenied, out.State)
 	assert.Equal(t, events.CodeWorkspaceLocked, out.Code)
-	op, err := c.Op(ctx, out.OpID)
+	var op *events.Op
 	require.Eventually(t, func() bool {
 		op, err = c.Op(ctx, out.OpID)
 		return err == nil

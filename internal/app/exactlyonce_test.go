@@ -152,3 +152,38 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 		}, 10*time.Second, 20*time.Millisecond, group)
 	}
 }
+
+// Two processes of one executor group share the work. Calls outlast the
+// claim timeout while others wait in each process's buffer: heartbeats
+// from receipt keep every held delivery from being redelivered, so no op
+// is recovered, let alone run twice.
+func TestOneGroupManyProcessesNoRedelivery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow calls")
+	}
+	n := testenv.StartNATS(t, streams.Config{})
+	counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: 700 * time.Millisecond}
+	var apps []*app.App
+	for range 2 {
+		apps = append(apps, testenv.StartApp(t, app.Config{
+			NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter},
+			ExecWorkers: 1, ClaimTimeout: 500 * time.Millisecond,
+		}))
+	}
+	ctx := context.Background()
+	var ids []string
+	for i := range 24 {
+		req := events.Request{Workspace: "group", Agent: "ag", Tool: "slow", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+		_, err := n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+		require.NoError(t, err)
+		ids = append(ids, events.OpID(req.Fingerprint()))
+	}
+	for _, id := range ids {
+		got := waitTerminal(t, apps[0], id)
+		assert.Equal(t, events.StateCompleted, got.State, id)
+		assert.Equal(t, 1, got.Attempts, id)
+		assert.Equal(t, 1, executions(t, counter, id), id)
+	}
+	_, err := os.Stat(filepath.Join(counter.Dir, "RECOVERED"))
+	assert.True(t, os.IsNotExist(err), "a live claim was taken for a lost one")
+}

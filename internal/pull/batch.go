@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -14,21 +16,36 @@ import (
 // BatchHandler settles every message of a batch before returning.
 type BatchHandler func(ctx context.Context, msgs []jetstream.Msg)
 
-// Batches feeds cons's messages to loops concurrent handlers, each taking
-// what has arrived (at least one message, at most max) as one batch. Under
-// load batches grow, so per-batch round trips are shared by many messages;
-// when idle a single message goes through at once. It returns when ctx ends,
-// after the handlers finish their batches.
-func Batches(ctx context.Context, cons jetstream.Consumer, loops, max int, h BatchHandler) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(loops * max))
+// Config configures Batches.
+type Config struct {
+	// Loops is how many batches are in hand at once.
+	Loops int
+	// Max bounds the messages of one batch.
+	Max int
+	// Heartbeat, when positive, is how often every message received and
+	// not yet handled is marked in progress, from the moment it arrives
+	// (waiting in the buffer included) until its handler returns, so that
+	// JetStream never redelivers a message this process still holds. Set
+	// it well below the consumer's AckWait.
+	Heartbeat time.Duration
+}
+
+// Batches feeds cons's messages to cfg.Loops concurrent handlers, each
+// taking what has arrived (at least one message, at most cfg.Max) as one
+// batch. Under load batches grow, so per-batch round trips are shared by
+// many messages; when idle a single message goes through at once. It
+// returns when ctx ends, after the handlers finish their batches.
+func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHandler) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(cfg.Loops * cfg.Max))
 	if err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	msgs := make(chan jetstream.Msg, loops*max)
+	held := newHeld()
+	msgs := make(chan jetstream.Msg, cfg.Loops*cfg.Max)
 	g, gctx := errgroup.WithContext(ctx)
-	for range loops {
+	for range cfg.Loops {
 		g.Go(func() error {
 			for {
 				m, ok := <-msgs
@@ -37,7 +54,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, loops, max int, h Bat
 				}
 				batch := []jetstream.Msg{m}
 			fill:
-				for len(batch) < max {
+				for len(batch) < cfg.Max {
 					select {
 					case m, ok := <-msgs:
 						if !ok {
@@ -49,6 +66,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, loops, max int, h Bat
 					}
 				}
 				h(gctx, batch)
+				held.drop(batch)
 			}
 		})
 	}
@@ -62,6 +80,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, loops, max int, h Bat
 				}
 				return fmt.Errorf("pull: next: %w", err)
 			}
+			held.add(m)
 			select {
 			case msgs <- m:
 			case <-ctx.Done():
@@ -69,5 +88,53 @@ func Batches(ctx context.Context, cons jetstream.Consumer, loops, max int, h Bat
 			}
 		}
 	})
+	if cfg.Heartbeat > 0 {
+		g.Go(func() error {
+			t := time.NewTicker(cfg.Heartbeat)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					held.beat()
+				case <-gctx.Done():
+					return nil
+				}
+			}
+		})
+	}
 	return g.Wait()
+}
+
+// held is the set of messages received and not yet handled.
+type held struct {
+	mu   sync.Mutex
+	msgs map[jetstream.Msg]struct{}
+}
+
+func newHeld() *held { return &held{msgs: map[jetstream.Msg]struct{}{}} }
+
+func (h *held) add(m jetstream.Msg) {
+	h.mu.Lock()
+	h.msgs[m] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *held) drop(ms []jetstream.Msg) {
+	h.mu.Lock()
+	for _, m := range ms {
+		delete(h.msgs, m)
+	}
+	h.mu.Unlock()
+}
+
+func (h *held) beat() {
+	h.mu.Lock()
+	ms := make([]jetstream.Msg, 0, len(h.msgs))
+	for m := range h.msgs {
+		ms = append(ms, m)
+	}
+	h.mu.Unlock()
+	for _, m := range ms {
+		_ = m.InProgress()
+	}
 }

@@ -42,8 +42,9 @@ type Store struct {
 
 	// live caches ops that are not terminal, the ones the next events
 	// will touch, so applying them needs no read. Only Commit writes it.
-	mu   sync.Mutex
-	live map[string]events.Op
+	mu        sync.Mutex
+	live      map[string]events.Op
+	liveLimit int
 }
 
 // MaxLiveCache bounds the ops the store caches in memory.
@@ -61,7 +62,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db, live: make(map[string]events.Op)}, nil
+	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache}, nil
 }
 
 // Close closes the store. It is not safe to call twice.
@@ -250,11 +251,14 @@ func (b *Batch) Commit(sync bool) error {
 	defer b.s.mu.Unlock()
 	for _, id := range b.order {
 		op := b.ops[id].op
+		_, cached := b.s.live[id]
 		switch {
 		case op.State == events.StateNew:
 		case op.State.Terminal():
 			delete(b.s.live, id)
-		case len(b.s.live) < MaxLiveCache:
+		case cached || len(b.s.live) < b.s.liveLimit:
+			// A cached op is always refreshed, full or not: a stale
+			// entry would be read in place of the store.
 			b.s.live[id] = *op
 		}
 	}

@@ -97,3 +97,45 @@ func TestBatchesSurviveReopen(t *testing.T) {
 	_, _, err = st.List(events.StateNew, "not-hex", 3)
 	assert.ErrorIs(t, err, store.ErrBadCursor)
 }
+
+// Once the live cache is full, ops already in it are still kept current, and
+// ops outside it are read from Pebble.
+func TestLiveCacheStaysCurrentWhenFull(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	store.SetLiveLimit(st, 2)
+	at := time.Now().UTC()
+	hdr := func(i int) events.OpHeader { return events.OpHeader{OpID: opID(i), Workspace: "w"} }
+	b := st.NewBatch()
+	for i := range 4 { // two cached, two not
+		op, err := b.Op(opID(i), true)
+		require.NoError(t, err)
+		require.NoError(t, op.Apply(decided(i), uint64(i+1), at))
+	}
+	require.NoError(t, b.Commit(false))
+	seq := uint64(10)
+	for i := range 4 {
+		b = st.NewBatch()
+		op, err := b.Op(opID(i), false)
+		require.NoError(t, err)
+		require.NoError(t, op.Apply(&events.Claimed{OpHeader: hdr(i), Attempt: "a"}, seq, at))
+		require.NoError(t, b.Commit(false))
+		seq++
+		b = st.NewBatch()
+		op, err = b.Op(opID(i), false)
+		require.NoError(t, err)
+		require.Equal(t, events.StateExecuting, op.State, opID(i))
+		require.NoError(t, op.Apply(&events.Completed{OpHeader: hdr(i), Attempt: "a", Result: json.RawMessage(`1`)}, seq, at))
+		require.NoError(t, b.Commit(false))
+		seq++
+	}
+	ops, _, err := st.List(events.StateCompleted, "", 10)
+	require.NoError(t, err)
+	assert.Len(t, ops, 4)
+	for _, s := range []events.State{events.StateReady, events.StateExecuting} {
+		ops, _, err := st.List(s, "", 10)
+		require.NoError(t, err)
+		assert.Empty(t, ops, s)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -22,10 +23,20 @@ import (
 // record: file present means done, absent means never ran.
 type Counter struct {
 	Dir string
+	// Name is the tool name; default "count".
+	Name string
+	// Delay is how long a call sleeps after recording its execution, to
+	// widen the window between the side effect and the stored result.
+	Delay time.Duration
 }
 
-// Tool is "count".
-func (c *Counter) Tool() string { return "count" }
+// Tool is Name, "count" by default.
+func (c *Counter) Tool() string {
+	if c.Name == "" {
+		return "count"
+	}
+	return c.Name
+}
 
 // Class is write: it has a side effect.
 func (c *Counter) Class() policy.Class { return policy.ClassWrite }
@@ -53,26 +64,38 @@ func (c *Counter) Execute(_ context.Context, call executor.Call) (json.RawMessag
 	if err := syncDir(c.Dir); err != nil {
 		return nil, err
 	}
+	if c.Delay > 0 {
+		time.Sleep(c.Delay)
+	}
 	return call.Args, nil
 }
 
 func (c *Counter) double(op string) error {
-	f, err := os.OpenFile(filepath.Join(c.Dir, "DOUBLE"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := fmt.Fprintln(f, op); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
+	if err := appendLine(filepath.Join(c.Dir, "DOUBLE"), op); err != nil {
 		return err
 	}
 	return fmt.Errorf("count: %s executed twice", op)
 }
 
-// Recover reads the record: present means the lost attempt ran.
+// appendLine appends one line to a file durably.
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// Recover reads the record: present means the lost attempt ran. Each call
+// is noted in Dir/RECOVERED, so a test can tell recoveries happened.
 func (c *Counter) Recover(_ context.Context, call executor.Call, _ string) (executor.Recovery, error) {
+	if err := appendLine(filepath.Join(c.Dir, "RECOVERED"), call.OpID); err != nil {
+		return executor.Recovery{}, err
+	}
 	b, err := os.ReadFile(filepath.Join(c.Dir, call.OpID))
 	if errors.Is(err, fs.ErrNotExist) {
 		return executor.Recovery{Action: executor.Rerun}, nil

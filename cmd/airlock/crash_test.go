@@ -134,3 +134,55 @@ func TestCrashUnderLoad(t *testing.T) {
 	}
 	t.Logf("ops claimed more than once (recovered after a kill): %d", retried)
 }
+
+// TestCrashAfterSideEffect kills airlock serve after an executor's side
+// effect and before its result is stored, then restarts it: recovery reads
+// the executor's own record and completes the op without running it again.
+func TestCrashAfterSideEffect(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess crash test")
+	}
+	dir, ledger := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
+	srv := startServer(t, dir, addr, env, "--claim-timeout", "1s")
+	nc, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	defer nc.Close()
+	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	req := events.Request{Workspace: "crash", Agent: "a", Tool: "count_slow", Args: json.RawMessage(`{"once":true}`)}
+	out, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.True(t, out.Pending)
+	record := filepath.Join(ledger, out.OpID)
+	require.Eventually(t, func() bool { _, err := os.Stat(record); return err == nil }, 30*time.Second, 10*time.Millisecond)
+
+	srv.kill() // the side effect is done; its result is not stored
+	srv = startServer(t, dir, addr, env, "--claim-timeout", "1s")
+
+	require.Eventually(t, func() bool {
+		out, err = c.Submit(ctx, req)
+		return err == nil && out.Terminal()
+	}, time.Minute, 50*time.Millisecond)
+	assert.Equal(t, events.StateCompleted, out.State)
+	assert.JSONEq(t, `{"once":true}`, string(out.Result))
+	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
+	assert.True(t, os.IsNotExist(err), "executed twice")
+	recovered, err := os.ReadFile(filepath.Join(ledger, "RECOVERED"))
+	require.NoError(t, err)
+	assert.Equal(t, out.OpID+"\n", string(recovered))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeClaimed, events.TypeCompleted},
+		testenv.OpEvents(t, mustJS(t, nc), "crash", out.OpID))
+}
+
+func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/internal/testexec"
@@ -16,5 +17,11 @@ func testExecutors() []executor.Executor {
 	if dir == "" {
 		return nil
 	}
-	return []executor.Executor{&testexec.Counter{Dir: dir}, &testexec.Blocker{Dir: dir}}
+	return []executor.Executor{
+		&testexec.Counter{Dir: dir},
+		// count_slow records its execution, then takes a minute to return:
+		// a kill in that minute leaves a side effect without a result.
+		&testexec.Counter{Dir: dir, Name: "count_slow", Delay: time.Minute},
+		&testexec.Blocker{Dir: dir},
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/testenv"
@@ -86,7 +85,7 @@ func TestQueries(t *testing.T) {
 	var seen []string
 	require.Eventually(t, func() bool {
 		seen = nil
-		q := projector.ListQuery{State: "completed", Limit: 10}
+		q := events.ListQuery{State: "completed", Limit: 10}
 		for {
 			page, err := c.List(ctx, q)
 			if err != nil {
@@ -103,7 +102,7 @@ func TestQueries(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, ids, seen)
 
-	all, err := c.List(ctx, projector.ListQuery{Limit: 1000})
+	all, err := c.List(ctx, events.ListQuery{Limit: 1000})
 	require.NoError(t, err)
 	assert.Len(t, all.Ops, 26)
 	assert.Empty(t, all.Next)
@@ -120,9 +119,9 @@ func TestQueries(t *testing.T) {
 	}{
 		{"unknown op", errOf(c.Op(ctx, "op_00000000000000000000000000000000")), events.CodeNotFound},
 		{"bad op id", errOf(c.Op(ctx, "nope")), events.CodeInvalidQuery},
-		{"bad state", errOf(c.List(ctx, projector.ListQuery{State: "napping"})), events.CodeInvalidQuery},
-		{"bad limit", errOf(c.List(ctx, projector.ListQuery{Limit: 5000})), events.CodeInvalidQuery},
-		{"bad cursor", errOf(c.List(ctx, projector.ListQuery{Cursor: "zz"})), events.CodeInvalidQuery},
+		{"bad state", errOf(c.List(ctx, events.ListQuery{State: "napping"})), events.CodeInvalidQuery},
+		{"bad limit", errOf(c.List(ctx, events.ListQuery{Limit: 5000})), events.CodeInvalidQuery},
+		{"bad cursor", errOf(c.List(ctx, events.ListQuery{Cursor: "zz"})), events.CodeInvalidQuery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.code, events.CodeOf(tc.err), "%v", tc.err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/nats-io/nats.go"
 )
@@ -19,16 +18,16 @@ const DefaultQueryTimeout = 5 * time.Second
 // (yet).
 func (c *Client) Op(ctx context.Context, id string) (*events.Op, error) {
 	var op events.Op
-	if err := c.query(ctx, projector.SubjectOp, projector.OpQuery{OpID: id}, &op); err != nil {
+	if err := c.query(ctx, events.QueryOpSubject, events.OpQuery{OpID: id}, &op); err != nil {
 		return nil, err
 	}
 	return &op, nil
 }
 
 // List returns one page of ops, of one state or of all when state is "".
-func (c *Client) List(ctx context.Context, q projector.ListQuery) (*projector.ListResult, error) {
-	var res projector.ListResult
-	if err := c.query(ctx, projector.SubjectOps, q, &res); err != nil {
+func (c *Client) List(ctx context.Context, q events.ListQuery) (*events.ListResult, error) {
+	var res events.ListResult
+	if err := c.query(ctx, events.QueryOpsSubject, q, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/airlock-dev/airlock/events"
 	"io"
 	"net"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/stretchr/testify/require"
 )
 
@@ -132,6 +132,6 @@ func (s *server) stop(ctx context.Context) (int, error) {
 	}
 }
 
-func projectorQuery(state string) projector.ListQuery {
-	return projector.ListQuery{State: state, Limit: 1000}
+func projectorQuery(state string) events.ListQuery {
+	return events.ListQuery{State: state, Limit: 1000}
 }

@@ -5,9 +5,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/spf13/cobra"
 )
@@ -71,7 +69,7 @@ func newOpsGet(g *globals) *cobra.Command {
 
 func newOpsList(g *globals) *cobra.Command {
 	var (
-		q      projector.ListQuery
+		q      events.ListQuery
 		all    bool
 		asJSON bool
 	)
@@ -85,8 +83,8 @@ func newOpsList(g *globals) *cobra.Command {
 					return usageError("--state: %v (one of %v)", err, events.AllStates)
 				}
 			}
-			if q.Limit < 1 || q.Limit > store.MaxPage {
-				return usageError("--limit must be 1..%d", store.MaxPage)
+			if q.Limit < 1 || q.Limit > events.MaxPage {
+				return usageError("--limit must be 1..%d", events.MaxPage)
 			}
 			c, done, err := g.client()
 			if err != nil {
@@ -108,7 +106,7 @@ func newOpsList(g *globals) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				printJSON(w, projector.ListResult{Ops: ops, Next: q.Cursor})
+				printJSON(w, events.ListResult{Ops: ops, Next: q.Cursor})
 				return nil
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -128,7 +126,7 @@ func newOpsList(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&q.State, "state", "", "only ops in this state")
 	f.StringVar(&q.Cursor, "cursor", "", "continue after a previous page")
-	f.IntVar(&q.Limit, "limit", projector.DefaultPage, "page size")
+	f.IntVar(&q.Limit, "limit", events.DefaultPage, "page size")
 	f.BoolVar(&all, "all", false, "follow every page")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

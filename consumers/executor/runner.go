@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
@@ -331,80 +329,6 @@ func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
 	}
 }
 
-// unfetched settles a job whose args could not be read: a transient
-// failure is retried; args that are gone fail the op if it is still ready.
-func (r *Runner) unfetched(ctx context.Context, j *job) error {
-	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
-		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
-	}
-	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
-	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
-	if err == nil {
-		r.answer(j.d.item, failed)
-	}
-	if err != nil && !errors.Is(err, oplog.ErrConflict) {
-		return fmt.Errorf("%w: %w", errNotClaimed, err)
-	}
-	return nil
-}
-
-// ownClaim reports whether the op's newest event is this job's own claim,
-// reported as a conflict because a read-back lagged its landing.
-func (r *Runner) ownClaim(ctx context.Context, j *job) (uint64, bool) {
-	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
-	if err != nil {
-		return 0, false
-	}
-	c, ok := last.Data.(*events.Claimed)
-	return last.Seq, ok && c.Attempt == j.call.Attempt
-}
-
-// conflict settles a job whose claim lost: the op moved on, another group
-// claimed it, a later delivery holds the claim, or an earlier delivery of
-// this very event claimed it and its runner is gone.
-func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
-	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNotClaimed, err)
-	}
-	c, ok := last.Data.(*events.Claimed)
-	switch {
-	case last.Seq <= j.d.item.ReadySeq:
-		// The read lags the write that beat our claim (a replica behind
-		// the leader): look again later rather than drop the delivery.
-		return fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
-	case !ok:
-		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
-		r.answer(j.d.item, last.Data)
-		return nil
-	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
-		return nil // claimed through another decided event, or another group
-	case c.Delivery >= j.d.n:
-		return errLeave
-	}
-	claim := r.claimEvent(ex, j)
-	claim.Recovers = c.Attempt
-	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
-}
-
-// answer sends a terminal event's outcome to the request's reply inbox.
-func (r *Runner) answer(item work, data any) {
-	if item.ReplyTo == "" || !events.ValidInbox(item.ReplyTo) {
-		return
-	}
-	reply, ok := events.OutcomeReply(data)
-	if !ok {
-		return
-	}
-	body, err := events.MarshalJSON(reply)
-	if err == nil {
-		err = r.cfg.JetStream.Conn().Publish(item.ReplyTo, body)
-	}
-	if err != nil {
-		r.cfg.Logger.Debug("reply", "op", item.OpID, "subject", item.ReplyTo, "err", err)
-	}
-}
-
 func opOf(item work) oplog.Op {
 	return oplog.Op{Workspace: item.Workspace, ID: item.OpID, Tool: item.Tool}
 }
@@ -419,142 +343,6 @@ type delivery struct {
 	item    work
 	workSeq uint64 // the decided event's sequence in AIRLOCK_OPS
 	n       uint64 // its delivery count
-}
-
-// recover settles an op whose attempt claim.Recovers was claimed by a runner that is
-// gone, as the executor decides.
-func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work, claim *events.Claimed, expect uint64, log *slog.Logger) error {
-	lost := claim.Recovers
-	rec, err := ex.Recover(ctx, call, lost)
-	if err != nil {
-		return fmt.Errorf("recover %s: %w", item.OpID, err)
-	}
-	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
-	if rec.Action == Ambiguous {
-		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
-		_, err := r.append(ctx, item, expect, events.TypeAmbiguous, amb)
-		if err == nil {
-			r.answer(item, amb)
-		}
-		if errors.Is(err, oplog.ErrConflict) {
-			return nil
-		}
-		return err
-	}
-	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
-	if errors.Is(err, oplog.ErrConflict) {
-		return nil // another runner recovered it
-	}
-	if err != nil {
-		return err
-	}
-	if rec.Action == Done {
-		return r.record(ctx, call, item, seq, rec.Result, nil, 0, true)
-	}
-	return r.execute(ctx, ex, call, item, seq, true)
-}
-
-// execute runs the call under the claim at claimSeq and records the result.
-func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool) error {
-	start := time.Now()
-	result, xerr := ex.Execute(ctx, call)
-	if ctx.Err() != nil && xerr != nil {
-		// Shut down mid-call: the claim stands and recovery decides.
-		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
-	}
-	return r.record(ctx, call, item, claimSeq, result, xerr, time.Since(start), recovered)
-}
-
-// record appends completed or failed for the attempt. It retries a failed
-// append; a conflict means the op was recovered by another runner and this
-// attempt's outcome no longer counts.
-func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
-	typ, data := outcome(call, item, result, xerr, took, recovered)
-	var err error
-	for try := range r.cfg.RecordRetries {
-		if try > 0 {
-			select {
-			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		_, err = r.append(ctx, item, claimSeq, typ, data)
-		if err == nil {
-			r.answer(item, data)
-		}
-		if err == nil || errors.Is(err, oplog.ErrConflict) {
-			return nil
-		}
-	}
-	return fmt.Errorf("record %s of %s: %w", typ.Short(), item.OpID, err)
-}
-
-// outcome builds the terminal event for an execution.
-func outcome(call Call, item work, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any) {
-	failed := func(code events.Code, msg string) (events.Type, any) {
-		return events.TypeFailed, &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: code, Message: msg}
-	}
-	if xerr != nil {
-		var e *events.Error
-		if errors.As(xerr, &e) {
-			return failed(e.Code, e.Message)
-		}
-		return failed(events.CodeExecutorFailed, xerr.Error())
-	}
-	if len(result) == 0 {
-		result = json.RawMessage("null")
-	}
-	// Results are stored compact, not canonical: no fingerprint covers
-	// them, and a result is never refused for how it spells a number.
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, result); err != nil {
-		return failed(events.CodeExecutorFailed, "result is not valid JSON: "+err.Error())
-	}
-	canon := buf.Bytes()
-	if len(canon) > events.MaxResultBytes {
-		return failed(events.CodeResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d", len(canon), events.MaxResultBytes))
-	}
-	return events.TypeCompleted, &events.Completed{
-		OpHeader: hdr(item), Attempt: call.Attempt, Result: canon,
-		ResultDigest: events.Digest(canon), DurationMS: took.Milliseconds(), Recovered: recovered,
-	}
-}
-
-// fetch reads the op's args from its request message and checks that they
-// are the op's: the request's fingerprint must derive the op id.
-func (r *Runner) fetch(ctx context.Context, item work) (Call, error) {
-	raw, err := r.requests.GetMsg(ctx, item.RequestSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return callOf(item), events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", item.RequestSeq)
-	}
-	if err != nil {
-		return callOf(item), fmt.Errorf("fetch request %d: %w", item.RequestSeq, err)
-	}
-	return parseRequest(item, raw.Header, raw.Data)
-}
-
-func callOf(item work) Call {
-	return Call{OpID: item.OpID, Workspace: item.Workspace, Agent: item.Agent, Tool: item.Tool}
-}
-
-// parseRequest decodes a request message into the call of item.
-func parseRequest(item work, h nats.Header, body []byte) (Call, error) {
-	call := callOf(item)
-	ev, err := events.Decode(h, body)
-	if err != nil {
-		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", item.RequestSeq, err)
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", item.RequestSeq, err)
-	}
-	req, ok := data.(*events.Request)
-	if !ok || req.Validate() != nil || events.OpID(req.Fingerprint()) != item.OpID {
-		return call, events.Errorf(events.CodeRequestUnavailable, "message %d is not the request of %s", item.RequestSeq, item.OpID)
-	}
-	call.Args = req.Args
-	return call, nil
 }
 
 func (r *Runner) append(ctx context.Context, item work, expect uint64, t events.Type, data any) (uint64, error) {

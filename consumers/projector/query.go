@@ -10,37 +10,11 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
-// Query service identity and endpoints.
+// Query service identity.
 const (
 	ServiceName    = "airlock-query"
 	ServiceVersion = "1.0.0"
-	// SubjectOp answers an OpQuery with an events.Op.
-	SubjectOp = events.QueryPrefix + ".op"
-	// SubjectOps answers a ListQuery with a ListResult.
-	SubjectOps = events.QueryPrefix + ".ops"
-	// DefaultPage is the page size when a ListQuery names none.
-	DefaultPage = 100
 )
-
-// OpQuery asks for one op.
-type OpQuery struct {
-	OpID string `json:"op_id"`
-}
-
-// ListQuery asks for a page of ops, optionally of one state.
-type ListQuery struct {
-	State  string `json:"state,omitempty"`
-	Cursor string `json:"cursor,omitempty"`
-	// Limit is the page size, 1 to store.MaxPage; 0 means DefaultPage.
-	Limit int `json:"limit,omitempty"`
-}
-
-// ListResult is one page. Next is the cursor of the following page, empty
-// on the last one.
-type ListResult struct {
-	Ops  []*events.Op `json:"ops"`
-	Next string       `json:"next,omitempty"`
-}
 
 // Serve registers the query service on nc. Stop the returned service to
 // remove it. Answers reflect what the projector has applied so far.
@@ -54,11 +28,11 @@ func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
 		return nil, err
 	}
 	q := &query{st: st}
-	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(SubjectOp)); err != nil {
+	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(events.QueryOpSubject)); err != nil {
 		svc.Stop()
 		return nil, err
 	}
-	if err := svc.AddEndpoint("ops", micro.HandlerFunc(q.ops), micro.WithEndpointSubject(SubjectOps)); err != nil {
+	if err := svc.AddEndpoint("ops", micro.HandlerFunc(q.ops), micro.WithEndpointSubject(events.QueryOpsSubject)); err != nil {
 		svc.Stop()
 		return nil, err
 	}
@@ -68,7 +42,7 @@ func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
 type query struct{ st *store.Store }
 
 func (q *query) op(req micro.Request) {
-	var in OpQuery
+	var in events.OpQuery
 	if err := json.Unmarshal(req.Data(), &in); err != nil || !events.ValidOpID(in.OpID) {
 		respondError(req, events.Errorf(events.CodeInvalidQuery, "want {\"op_id\": \"op_<32 hex>\"}"))
 		return
@@ -86,7 +60,7 @@ func (q *query) op(req micro.Request) {
 }
 
 func (q *query) ops(req micro.Request) {
-	var in ListQuery
+	var in events.ListQuery
 	if len(req.Data()) > 0 {
 		if err := json.Unmarshal(req.Data(), &in); err != nil {
 			respondError(req, events.Errorf(events.CodeInvalidQuery, "bad list query: %v", err))
@@ -102,12 +76,12 @@ func (q *query) ops(req micro.Request) {
 		}
 		state = s
 	}
-	if in.Limit < 0 || in.Limit > store.MaxPage {
-		respondError(req, events.Errorf(events.CodeInvalidQuery, "limit %d outside 1..%d", in.Limit, store.MaxPage))
+	if in.Limit < 0 || in.Limit > events.MaxPage {
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "limit %d outside 1..%d", in.Limit, events.MaxPage))
 		return
 	}
 	if in.Limit == 0 {
-		in.Limit = DefaultPage
+		in.Limit = events.DefaultPage
 	}
 	ops, next, err := q.st.List(state, in.Cursor, in.Limit)
 	if errors.Is(err, store.ErrBadCursor) {
@@ -121,7 +95,7 @@ func (q *query) ops(req micro.Request) {
 	if ops == nil {
 		ops = []*events.Op{}
 	}
-	respond(req, ListResult{Ops: ops, Next: next})
+	respond(req, events.ListResult{Ops: ops, Next: next})
 }
 
 // respondError answers with the micro error headers set to the stable code

@@ -31,7 +31,7 @@ var ErrNotFound = errors.New("store: not found")
 var ErrBadCursor = errors.New("store: bad cursor")
 
 // MaxPage bounds the ops one List call returns.
-const MaxPage = 1000
+const MaxPage = events.MaxPage
 
 var keyApplied = []byte("m/applied")
 

@@ -1,0 +1,101 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+)
+
+// unfetched settles a job whose args could not be read: a transient
+// failure is retried; args that are gone fail the op if it is still ready.
+func (r *Runner) unfetched(ctx context.Context, j *job) error {
+	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
+		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
+	}
+	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
+	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
+	if err == nil {
+		r.answer(j.d.item, failed)
+	}
+	if err != nil && !errors.Is(err, oplog.ErrConflict) {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	return nil
+}
+
+// ownClaim reports whether the op's newest event is this job's own claim,
+// reported as a conflict because a read-back lagged its landing.
+func (r *Runner) ownClaim(ctx context.Context, j *job) (uint64, bool) {
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
+	if err != nil {
+		return 0, false
+	}
+	c, ok := last.Data.(*events.Claimed)
+	return last.Seq, ok && c.Attempt == j.call.Attempt
+}
+
+// conflict settles a job whose claim lost: the op moved on, another group
+// claimed it, a later delivery holds the claim, or an earlier delivery of
+// this very event claimed it and its runner is gone.
+func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	c, ok := last.Data.(*events.Claimed)
+	switch {
+	case last.Seq <= j.d.item.ReadySeq:
+		// The read lags the write that beat our claim (a replica behind
+		// the leader): look again later rather than drop the delivery.
+		return fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
+	case !ok:
+		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
+		r.answer(j.d.item, last.Data)
+		return nil
+	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
+		return nil // claimed through another decided event, or another group
+	case c.Delivery >= j.d.n:
+		return errLeave
+	}
+	claim := r.claimEvent(ex, j)
+	claim.Recovers = c.Attempt
+	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
+}
+
+// recover settles an op whose attempt claim.Recovers was claimed by a runner that is
+// gone, as the executor decides.
+func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work, claim *events.Claimed, expect uint64, log *slog.Logger) error {
+	lost := claim.Recovers
+	rec, err := ex.Recover(ctx, call, lost)
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", item.OpID, err)
+	}
+	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
+	if rec.Action == Ambiguous {
+		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
+		_, err := r.append(ctx, item, expect, events.TypeAmbiguous, amb)
+		if err == nil {
+			r.answer(item, amb)
+		}
+		if errors.Is(err, oplog.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
+	if errors.Is(err, oplog.ErrConflict) {
+		return nil // another runner recovered it
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Action == Done {
+		return r.record(ctx, call, item, seq, rec.Result, nil, 0, true)
+	}
+	return r.execute(ctx, ex, call, item, seq, true)
+}

@@ -1,0 +1,35 @@
+package events
+
+// The query service answers on these subjects (a NATS micro service named
+// airlock-query). Its request and answer shapes live here so that clients
+// need nothing from the service's own package.
+const (
+	// QueryOpSubject answers an OpQuery with an Op.
+	QueryOpSubject = QueryPrefix + ".op"
+	// QueryOpsSubject answers a ListQuery with a ListResult.
+	QueryOpsSubject = QueryPrefix + ".ops"
+	// DefaultPage is the page size when a ListQuery names none.
+	DefaultPage = 100
+	// MaxPage bounds the page size of a ListQuery.
+	MaxPage = 1000
+)
+
+// OpQuery asks for one op.
+type OpQuery struct {
+	OpID string `json:"op_id"`
+}
+
+// ListQuery asks for a page of ops, optionally of one state.
+type ListQuery struct {
+	State  string `json:"state,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+	// Limit is the page size, 1 to MaxPage; 0 means DefaultPage.
+	Limit int `json:"limit,omitempty"`
+}
+
+// ListResult is one page. Next is the cursor of the following page, empty
+// on the last one.
+type ListResult struct {
+	Ops  []*Op  `json:"ops"`
+	Next string `json:"next,omitempty"`
+}

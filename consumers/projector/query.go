@@ -49,7 +49,8 @@ func (q *query) op(req micro.Request) {
 	}
 	op, err := q.st.Op(in.OpID)
 	if errors.Is(err, store.ErrNotFound) {
-		respondError(req, events.Errorf(events.CodeNotFound, "no op %s", in.OpID))
+		// Retryable: the projection may not have folded the op yet.
+		respondError(req, &events.Error{Code: events.CodeNotFound, Message: "no op " + in.OpID, Retryable: true})
 		return
 	}
 	if err != nil {

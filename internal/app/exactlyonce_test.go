@@ -187,3 +187,28 @@ func TestOneGroupManyProcessesNoRedelivery(t *testing.T) {
 	_, err := os.Stat(filepath.Join(counter.Dir, "RECOVERED"))
 	assert.True(t, os.IsNotExist(err), "a live claim was taken for a lost one")
 }
+
+// Copies of one request stored twice (published without Nats-Msg-Id, so
+// JetStream keeps both) still make one op that runs once: the second copy
+// finds the op taken.
+func TestStoredCopiesOfOneRequestRunOnce(t *testing.T) {
+	a, counter := countingApp(t, app.Config{})
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"copies":3}`)}
+	ctx := context.Background()
+	for range 3 {
+		ack, err := a.JetStream.PublishMsg(ctx, requestMsg(t, req))
+		require.NoError(t, err)
+		require.False(t, ack.Duplicate)
+	}
+	op := events.OpID(req.Fingerprint())
+	got := waitTerminal(t, a, op)
+	assert.Equal(t, events.StateCompleted, got.State)
+	assert.Equal(t, 1, executions(t, counter, op))
+	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream == 3
+	}, 10*time.Second, 10*time.Millisecond)
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
+}

@@ -144,6 +144,12 @@ func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, er
 			return ack.Sequence, nil
 		}
 		if IsConflict(perr) {
+			// The first copy may have landed after the read: it is the
+			// one thing that can beat an append of the same expectation
+			// other than another writer, and its ce-id tells.
+			if again, err := lastMatching(rctx, stream, p.filter); err == nil && again.ID == p.id {
+				return again.Seq, nil
+			}
 			return 0, fmt.Errorf("%w: %s expected %d: %v", ErrConflict, p.subject, p.expect, perr)
 		}
 		return 0, fmt.Errorf("append %s to %s: outcome unknown: %w", p.typ.Short(), p.subject, perr)

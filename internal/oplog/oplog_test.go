@@ -3,6 +3,7 @@ package oplog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -77,4 +78,29 @@ func lastSubject(t *testing.T, st jetstream.Stream, op string) string {
 	raw, err := st.GetLastMsgForSubject(context.Background(), events.OpFilter("w", op))
 	require.NoError(t, err)
 	return raw.Subject
+}
+
+// An append whose answer is not awaited (the caller's context ends first)
+// is resolved by reading the op back: it landed once, and Wait says so.
+func TestWaitResolvesUnknownOutcome(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := context.Background()
+	st, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	for i := range 20 {
+		op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
+		p := oplog.Start(n.JetStream, op, 0, events.TypeDecided, "test",
+			&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		seq, err := p.Wait(done, st)
+		require.NoError(t, err)
+		last, err := oplog.Last(ctx, st, "w", op.ID)
+		require.NoError(t, err)
+		assert.Equal(t, seq, last.Seq)
+		assert.Equal(t, events.TypeDecided, last.Type)
+	}
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(20), info.State.Msgs, "each append landed exactly once")
 }

@@ -71,7 +71,7 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 		NextFor   string `json:"next_by_subj"`
 		Batch     int    `json:"batch"`
 		NoHeaders bool   `json:"no_hdr"`
-	}{slices.Min(seqs), events.RequestSubject(ws), min(len(seqs)+8, maxFetchBatch), true})
+	}{slices.Min(seqs), events.RequestSubject(ws), fetchSpan(seqs), true})
 	if err != nil {
 		return nil, err
 	}
@@ -106,6 +106,14 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 			}
 		}
 	}
+}
+
+// fetchSpan is how many request messages to ask for: every one from the
+// smallest sequence to the largest (requests of other ops in between
+// included, since they share the stream), at most maxFetchBatch; what lies
+// beyond is read one by one.
+func fetchSpan(seqs []uint64) int {
+	return int(min(slices.Max(seqs)-slices.Min(seqs)+1, maxFetchBatch))
 }
 
 // requestFromBody reads a stored request from its body alone: the request

@@ -104,6 +104,14 @@ func TestCLI(t *testing.T) {
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}
 
+	// Nothing listening: exit 1 and a JSON error, still one object.
+	out, _, code = run(t, "submit", "--server=nats://"+freePort(t), "--ws", "cli", "--agent", "me", "--tool", "echo", "--json")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, `"error_code":"UNAVAILABLE"`)
+	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "[", "--json")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, `"error_code":"INVALID_ARGS"`)
+
 	// ops get and ops list read the projection.
 	require.Eventually(t, func() bool {
 		out, _, code = run(t, "ops", "get", server, completed, "--json")

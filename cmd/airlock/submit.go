@@ -37,6 +37,9 @@ Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 			}
 			req.Args = json.RawMessage(args)
 			if err := req.Validate(); err != nil {
+				if asJSON {
+					printJSON(cmd.OutOrStdout(), map[string]any{"state": "rejected", "error_code": events.CodeOf(err), "error": err.Error()})
+				}
 				return &exitError{code: exitUsage, err: err}
 			}
 			if wait <= 0 {
@@ -44,7 +47,7 @@ Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 			}
 			nc, err := g.connect()
 			if err != nil {
-				return err
+				return report(cmd.OutOrStdout(), producers.Outcome{}, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true}, asJSON)
 			}
 			defer nc.Close()
 			c, err := producers.New(nc, producers.WithWait(wait), producers.WithSource("airlock/cli"))

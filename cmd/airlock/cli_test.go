@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -189,4 +190,25 @@ func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
 	out, _, code = run(t, "submit", "--server="+srv.url, "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, first.OpID)
+}
+
+// A second airlock serve with --nats-url runs its parts against the first
+// one's NATS, on the same code path: both share the streams and the work.
+func TestServeAgainstExternalNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	first := startServer(t, t.TempDir(), freePort(t), nil)
+	second := startServer(t, t.TempDir(), freePort(t), nil, "--nats-url", first.url)
+	assert.Equal(t, first.url, second.url, "the second prints the NATS it uses")
+	for i := range 10 {
+		out, _, code := run(t, "submit", "--server="+first.url, "--ws", "ext", "--agent", "me", "--tool", "echo", "--args", fmt.Sprintf(`{"i":%d}`, i), "--json")
+		require.Equal(t, 0, code, out)
+		assert.Contains(t, out, `"state":"completed"`)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	exit, err := second.stop(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, exit, second.stderr.String())
 }

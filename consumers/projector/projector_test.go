@@ -136,3 +136,50 @@ func TestRestartMidStreamMatchesUninterrupted(t *testing.T) {
 		assert.Len(t, ops, count, state)
 	}
 }
+
+// Events that do not belong where they are stored are counted and passed
+// over; the op they claim to change keeps its state.
+func TestForgedEventsAreSkipped(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	fill(t, n, 3)
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer wcancel()
+	require.NoError(t, p.WaitApplied(wctx, lastOpSeq(t, n)))
+	ops, _, err := st.List(events.StateCompleted, "", 10)
+	require.NoError(t, err)
+	require.NotEmpty(t, ops)
+	victim := ops[0]
+	require.Zero(t, p.Anomalies())
+
+	forge := func(subject string, t2 events.Type, data any) uint64 {
+		ev, err := events.NewEvent(t2, "forger", victim.ID, data)
+		require.NoError(t, err)
+		ack, err := n.JetStream.PublishMsg(ctx, events.Encode(subject, ev))
+		require.NoError(t, err)
+		return ack.Sequence
+	}
+	hdr := events.OpHeader{OpID: victim.ID, Workspace: victim.Workspace}
+	// A first event on a fresh subject of another tool, claiming the op.
+	forge(events.OpEventSubject(victim.Workspace, victim.ID, "other", events.TypeDecided), events.TypeDecided,
+		&events.Decided{OpHeader: hdr, Request: &events.Summary{Tool: "other"}})
+	// An event whose data names the op but whose subject names another.
+	forge(events.OpEventSubject(victim.Workspace, "op_00000000000000000000000000000001", victim.Tool, events.TypeFailed), events.TypeFailed,
+		&events.Failed{OpHeader: hdr, Code: events.CodeExecutorFailed})
+	// A verb that does not match the type.
+	last := forge(events.OpEventSubject(victim.Workspace, victim.ID, victim.Tool, events.TypeScrubbed), events.TypeFailed,
+		&events.Failed{OpHeader: hdr, Code: events.CodeExecutorFailed})
+	require.NoError(t, p.WaitApplied(wctx, last))
+	assert.Equal(t, uint64(3), p.Anomalies())
+	after, err := st.Op(victim.ID)
+	require.NoError(t, err)
+	assert.Equal(t, victim, after)
+}

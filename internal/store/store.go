@@ -198,9 +198,6 @@ func (b *Batch) SetApplied(seq uint64) { b.applied = seq }
 // AppliedSeq is the sequence SetApplied last recorded.
 func (b *Batch) AppliedSeq() uint64 { return b.applied }
 
-// Len is the number of ops the batch touches.
-func (b *Batch) Len() int { return len(b.ops) }
-
 // Commit writes the batch. sync makes it durable against power loss before
 // it returns; without it a process crash still loses nothing already
 // committed.

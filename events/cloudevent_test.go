@@ -462,3 +462,26 @@ func TestDecodeHeaderNamesIgnoreCase(t *testing.T) {
 	assert.Equal(t, "id-7", got.ID())
 	assert.Equal(t, string(events.TypeRequested), got.Type())
 }
+
+// NewMessage writes what Encode writes for the same event.
+func TestNewMessageMatchesEncode(t *testing.T) {
+	data := []byte(`{"op_id":"op_1","workspace":"w"}`)
+	ev, err := events.NewEventRaw(events.TypeClaimed, "airlock/executor", "op 1%", "id 7", data)
+	require.NoError(t, err)
+	want := events.Encode("airlock.v1.op.w.op_1.t.claimed", ev)
+	got := events.NewMessage("airlock.v1.op.w.op_1.t.claimed", events.TypeClaimed, "airlock/executor", "op 1%", "id 7", data)
+	assert.Equal(t, want.Subject, got.Subject)
+	assert.Equal(t, want.Data, got.Data)
+	for k, v := range want.Header {
+		if k == "ce-time" {
+			continue
+		}
+		assert.Equal(t, v, got.Header[k], k)
+	}
+	assert.Len(t, got.Header, len(want.Header))
+	back, err := events.Decode(got.Header, got.Data)
+	require.NoError(t, err)
+	assert.Equal(t, "id 7", back.ID())
+	assert.Equal(t, "airlock/executor", back.Source())
+	assert.WithinDuration(t, time.Now(), back.Time(), time.Minute)
+}

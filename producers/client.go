@@ -181,11 +181,7 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 
 	wctx, cancel := context.WithTimeout(ctx, c.wait)
 	defer cancel()
-	ev, err := events.NewEventRaw(events.TypeRequested, c.source, opID, fp, body)
-	if err != nil {
-		return Outcome{}, err
-	}
-	msg := events.Encode(events.RequestSubject(req.Workspace), ev)
+	msg := events.NewMessage(events.RequestSubject(req.Workspace), events.TypeRequested, c.source, opID, fp, body)
 	msg.Header.Set(events.HeaderReplyTo, c.inbox+"."+opID)
 	dup, err := c.publish(wctx, msg, fp)
 	if err != nil {

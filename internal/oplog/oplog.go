@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // ErrConflict means the op subject's last sequence was not the expected one:
@@ -83,13 +84,13 @@ func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source s
 		js: js, subject: events.OpEventSubject(op.Workspace, op.ID, op.Tool, t),
 		filter: events.OpFilter(op.Workspace, op.ID), expect: expect, typ: t, data: data,
 	}
-	ev, err := events.NewEvent(t, source, op.ID, data)
+	body, err := events.MarshalJSON(data)
 	if err != nil {
-		p.err = err
+		p.err = fmt.Errorf("marshal %s: %w", t.Short(), err)
 		return p
 	}
-	p.id = ev.ID()
-	p.msg = events.Encode(p.subject, ev)
+	p.id = nuid.Next()
+	p.msg = events.NewMessage(p.subject, t, source, op.ID, p.id, body)
 	for _, o := range opts {
 		o(p.msg)
 	}

@@ -107,19 +107,23 @@ func (a *App) ClientURL() string {
 }
 
 // Start brings Airlock up and returns once every part runs.
-func Start(ctx context.Context, cfg Config) (a *App, err error) {
+func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("app: data dir: %w", err)
 	}
-	a = &App{done: make(chan struct{})}
-	defer func() {
-		if err != nil {
-			a.close()
-		}
-	}()
+	a := &App{done: make(chan struct{})}
+	if err := a.start(ctx, cfg); err != nil {
+		a.close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// start brings the parts up; on error the caller closes what it opened.
+func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1)}, cfg.NATSOptions...)
 	if cfg.NATSURL == "" {
 		a.Server, err = natsrv.Start(natsrv.Config{
@@ -127,28 +131,28 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger,
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		opts = append(opts, nats.InProcessServer(a.Server))
 	}
 	a.Conn, err = nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("app: connect: %w", err)
+		return fmt.Errorf("app: connect: %w", err)
 	}
 	a.JetStream, err = jetstream.New(a.Conn, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := streams.Provision(ctx, a.JetStream, cfg.Streams); err != nil {
-		return nil, err
+		return err
 	}
 	a.Store, err = store.Open(filepath.Join(cfg.DataDir, "projection"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	reg, err := executor.NewRegistry(append([]executor.Executor{executor.Echo{}}, cfg.Executors...)...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	spec := cfg.Policy
 	tools := reg.Classes()
@@ -166,22 +170,22 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	}
 	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: a.policy, Tools: served, Logger: cfg.Logger})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	runner, err := executor.NewRunner(executor.Config{
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
 		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Logger: cfg.Logger,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.Projector, err = projector.New(projector.Config{JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	a.svc, err = projector.Serve(a.Conn, a.Store)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
@@ -195,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		close(a.done)
 	}()
 	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "tools", reg.Tools())
-	return a, nil
+	return nil
 }
 
 func named(part string, err error) error {

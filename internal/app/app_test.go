@@ -88,3 +88,13 @@ func TestResultStoredAsDigested(t *testing.T) {
 	assert.Equal(t, events.Digest(op.Result), op.ResultDigest)
 	assert.Equal(t, string(out.Result), string(op.Result))
 }
+
+// A start that fails closes what it opened and returns the error.
+func TestStartFailsCleanly(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	_, err := app.Start(context.Background(), app.Config{DataDir: t.TempDir(), Listen: a.Server.Addr().String()})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "address already in use")
+	_, err = app.Start(context.Background(), app.Config{DataDir: t.TempDir(), NATSURL: "nats://127.0.0.1:1"})
+	require.Error(t, err)
+}

@@ -61,11 +61,17 @@ func Start(cfg Config) (*server.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("natsrv: listen: %w", err)
 		}
+		if err := free(host, port); err != nil {
+			return nil, fmt.Errorf("natsrv: listen: %w", err)
+		}
 		opts.Host, opts.Port = host, port
 	}
 	if cfg.Monitor != "" {
 		host, port, err := splitHostPort(cfg.Monitor)
 		if err != nil {
+			return nil, fmt.Errorf("natsrv: monitor: %w", err)
+		}
+		if err := free(host, port); err != nil {
 			return nil, fmt.Errorf("natsrv: monitor: %w", err)
 		}
 		opts.HTTPHost, opts.HTTPPort = host, port
@@ -98,6 +104,19 @@ func splitHostPort(hp string) (string, int, error) {
 		port = server.RANDOM_PORT
 	}
 	return host, port, nil
+}
+
+// free fails fast when something already listens on a fixed port: the
+// server itself would only log it and never become ready.
+func free(host string, port int) error {
+	if port == server.RANDOM_PORT {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	return l.Close()
 }
 
 // logAdapter sends the server's log to slog.

@@ -2,6 +2,7 @@ package natsrv_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/nats-io/nats-server/v2/server"
@@ -30,4 +31,12 @@ func TestStartListensAndMonitors(t *testing.T) {
 	assert.Error(t, err, "DataDir is required")
 	_, err = natsrv.Start(natsrv.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:http"})
 	assert.Error(t, err)
+
+	// A port in use fails at once, with the address in the error.
+	taken := s.Addr().String()
+	start := time.Now()
+	_, err = natsrv.Start(natsrv.Config{DataDir: t.TempDir(), Listen: taken})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "address already in use")
+	assert.Less(t, time.Since(start), 5*time.Second)
 }

@@ -39,32 +39,39 @@ func (s *scripted) Recover(context.Context, executor.Call, string) (executor.Rec
 	return s.recovery, nil
 }
 
+// readyOp writes a request for tool and its decided event, as the gate
+// would, and returns the op id and the decided event's sequence.
+func readyOp(t *testing.T, n *testenv.NATS, tool, args string) (op string, decidedSeq uint64) {
+	t.Helper()
+	ctx := context.Background()
+	req := events.Request{Workspace: "rec", Agent: "a", Tool: tool, Args: json.RawMessage(args)}
+	require.NoError(t, req.Validate())
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	ack, err := n.JetStream.PublishMsg(ctx, events.NewMessage(events.RequestSubject("rec"), events.TypeRequested, "test", "", req.FingerprintHex(), body))
+	require.NoError(t, err)
+	op = events.OpID(req.Fingerprint())
+	ops, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	decidedSeq, err = oplog.Append(ctx, n.JetStream, ops, oplog.Op{Workspace: "rec", ID: op, Tool: tool}, 0, events.TypeDecided, "test", &events.Decided{
+		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"},
+		Request:  &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
+		PolicyHash: "sha256:test", Reason: "test",
+	})
+	require.NoError(t, err)
+	return op, decidedSeq
+}
+
 // lostClaim writes what a runner that died mid-call leaves behind: the
 // request, the decided event, and a claim made through the default
 // consumer's first delivery of it.
 func lostClaim(t *testing.T, n *testenv.NATS) (op string, claimSeq uint64) {
 	t.Helper()
-	ctx := context.Background()
-	req := events.Request{Workspace: "rec", Agent: "a", Tool: "scripted", Args: json.RawMessage(`{"x":1}`)}
-	require.NoError(t, req.Validate())
-	body, err := json.Marshal(req)
+	op, decidedSeq := readyOp(t, n, "scripted", `{"x":1}`)
+	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
-	ev, err := events.NewEventRaw(events.TypeRequested, "test", "", req.FingerprintHex(), body)
-	require.NoError(t, err)
-	ack, err := n.JetStream.PublishMsg(ctx, events.Encode(events.RequestSubject("rec"), ev))
-	require.NoError(t, err)
-	op = events.OpID(req.Fingerprint())
-	ops, err := n.JetStream.Stream(ctx, streams.Ops)
-	require.NoError(t, err)
-	target := oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}
-	hdr := events.OpHeader{OpID: op, Workspace: "rec"}
-	decidedSeq, err := oplog.Append(ctx, n.JetStream, ops, target, 0, events.TypeDecided, "test", &events.Decided{
-		OpHeader: hdr, Request: &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: "scripted", Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
-		PolicyHash: "sha256:test", Reason: "test",
-	})
-	require.NoError(t, err)
-	claimSeq, err = oplog.Append(ctx, n.JetStream, ops, target, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
-		OpHeader: hdr, Attempt: "lost-attempt", Executor: "scripted",
+	claimSeq, err = oplog.Append(context.Background(), n.JetStream, ops, oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
+		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Executor: "scripted",
 		WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
 	})
 	require.NoError(t, err)

@@ -54,8 +54,8 @@ func readyOp(t *testing.T, n *testenv.NATS, tool, args string) (op string, decid
 	ops, err := n.JetStream.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	decidedSeq, err = oplog.Append(ctx, n.JetStream, ops, oplog.Op{Workspace: "rec", ID: op, Tool: tool}, 0, events.TypeDecided, "test", &events.Decided{
-		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"},
-		Request:  &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
+		OpHeader:   events.OpHeader{OpID: op, Workspace: "rec"},
+		Request:    &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
 		PolicyHash: "sha256:test", Reason: "test",
 	})
 	require.NoError(t, err)

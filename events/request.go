@@ -89,6 +89,13 @@ func (r *Request) Fingerprint() [32]byte {
 	return sha256.Sum256(b.Bytes())
 }
 
+// Identity hashes the request once and returns its fingerprint in hex and
+// the op id derived from it.
+func (r *Request) Identity() (fingerprint, opID string) {
+	fp := r.Fingerprint()
+	return hex.EncodeToString(fp[:]), OpID(fp)
+}
+
 // FingerprintHex is Fingerprint in lower-case hex.
 func (r *Request) FingerprintHex() string {
 	fp := r.Fingerprint()

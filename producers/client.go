@@ -1,7 +1,6 @@
 package producers
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -164,18 +163,14 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(req); err != nil {
+	body, err := events.MarshalJSON(req)
+	if err != nil {
 		return Outcome{}, err
 	}
-	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > events.MaxRequestBytes {
 		return Outcome{}, events.Errorf(events.CodeRequestTooLarge, "request body is %d bytes, limit %d", len(body), events.MaxRequestBytes)
 	}
-	fp := req.FingerprintHex()
-	opID := events.OpID(req.Fingerprint())
+	fp, opID := req.Identity()
 	w := c.watch(opID)
 	defer c.unwatch(opID, w)
 

@@ -55,15 +55,26 @@ func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint
 				return ctx.Err()
 			}
 		}
-		_, err = r.append(ctx, item, claimSeq, typ, data)
-		if err == nil {
-			r.answer(item, data)
-		}
-		if err == nil || errors.Is(err, oplog.ErrConflict) {
+		if err = r.terminal(ctx, item, claimSeq, typ, data); err == nil {
 			return nil
 		}
 	}
 	return fmt.Errorf("record %s of %s: %w", typ.Short(), item.OpID, err)
+}
+
+// terminal appends a terminal event expecting the op at expect and answers
+// the reply inbox once it is stored. A lost compare-and-swap is not an
+// error: another runner settled the op, and this event no longer counts.
+func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t events.Type, data any) error {
+	_, err := r.append(ctx, item, expect, t, data)
+	switch {
+	case err == nil:
+		r.answer(item, data)
+		return nil
+	case errors.Is(err, oplog.ErrConflict):
+		return nil
+	}
+	return err
 }
 
 // outcome builds the terminal event for an execution.

@@ -18,53 +18,42 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
 	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
-	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
-	if err == nil {
-		r.answer(j.d.item, failed)
-	}
-	if err != nil && !errors.Is(err, oplog.ErrConflict) {
+	if err := r.terminal(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed); err != nil {
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
 	return nil
 }
 
-// ownClaim reports whether the op's newest event is this job's own claim,
-// reported as a conflict because a read-back lagged its landing.
-func (r *Runner) ownClaim(ctx context.Context, j *job) (uint64, bool) {
+// conflict settles a job whose claim was reported lost, from one read of
+// the op's newest event: the claim is the job's own after all (a read-back
+// lagged its landing: own > 0 is its sequence and the job runs), the op
+// moved on, another group claimed it, a later delivery holds the claim, or
+// an earlier delivery of this very event claimed it and its runner is gone.
+func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64, err error) {
 	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
-		return 0, false
-	}
-	c, ok := last.Data.(*events.Claimed)
-	return last.Seq, ok && c.Attempt == j.call.Attempt
-}
-
-// conflict settles a job whose claim lost: the op moved on, another group
-// claimed it, a later delivery holds the claim, or an earlier delivery of
-// this very event claimed it and its runner is gone.
-func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) error {
-	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNotClaimed, err)
+		return 0, fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
 	c, ok := last.Data.(*events.Claimed)
 	switch {
+	case ok && c.Attempt == j.call.Attempt:
+		return last.Seq, nil
 	case last.Seq <= j.d.item.ReadySeq:
 		// The read lags the write that beat our claim (a replica behind
 		// the leader): look again later rather than drop the delivery.
-		return fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
+		return 0, fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
 	case !ok:
 		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
 		r.answer(j.d.item, last.Data)
-		return nil
+		return 0, nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
-		return nil // claimed through another decided event, or another group
+		return 0, nil // claimed through another decided event, or another group
 	case c.Delivery >= j.d.n:
-		return errLeave
+		return 0, errLeave
 	}
 	claim := r.claimEvent(ex, j)
 	claim.Recovers = c.Attempt
-	return r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
+	return 0, r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
 }
 
 // recover settles an op whose attempt claim.Recovers was claimed by a runner that is
@@ -78,14 +67,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work,
 	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
 	if rec.Action == Ambiguous {
 		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
-		_, err := r.append(ctx, item, expect, events.TypeAmbiguous, amb)
-		if err == nil {
-			r.answer(item, amb)
-		}
-		if errors.Is(err, oplog.ErrConflict) {
-			return nil
-		}
-		return err
+		return r.terminal(ctx, item, expect, events.TypeAmbiguous, amb)
 	}
 	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
 	if errors.Is(err, oplog.ErrConflict) {

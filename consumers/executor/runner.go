@@ -189,12 +189,9 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			seq, err := j.claim.Wait(ctx, r.ops)
 			switch {
 			case errors.Is(err, oplog.ErrConflict):
-				if seq, mine := r.ownClaim(ctx, j); mine {
-					j.seq = seq
+				if j.seq, j.err = r.conflict(ctx, ex, j); j.seq > 0 {
 					run = append(run, j)
-					continue
 				}
-				j.err = r.conflict(ctx, ex, j)
 			case err != nil:
 				j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
 			default:

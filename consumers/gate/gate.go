@@ -180,8 +180,9 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 		_ = m.Ack()
 		return nil
 	}
-	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: events.OpID(req.Fingerprint())}
-	typ, data := g.firstEvent(req, a.opID, a.reqSeq)
+	fp, opID := req.Identity()
+	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: opID}
+	typ, data := g.firstEvent(req, fp, a.opID, a.reqSeq)
 	a.state = events.StateReady
 	if _, ok := data.(*events.Denied); ok {
 		a.state = events.StateDenied
@@ -244,14 +245,14 @@ func subjectWorkspace(subject string) string {
 
 // firstEvent is the op's first event for a valid request: decided when
 // policy allows it, denied otherwise. Either carries the request summary.
-func (g *Gate) firstEvent(req *events.Request, opID string, reqSeq uint64) (events.Type, any) {
+func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
 	d := g.cfg.Policy.Decide(req)
 	if d.Outcome == policy.Allow && g.cfg.Tools != nil && !g.cfg.Tools[req.Tool] {
 		d.Outcome, d.Code = policy.Deny, events.CodeNoExecutor
 		d.Reason = "no executor serves tool " + req.Tool
 	}
 	sum := &events.Summary{
-		Fingerprint:    req.FingerprintHex(),
+		Fingerprint:    fingerprint,
 		Agent:          req.Agent,
 		Tool:           req.Tool,
 		Class:          string(d.Class),

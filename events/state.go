@@ -48,6 +48,23 @@ func (s State) Terminal() bool {
 	return false
 }
 
+// StateAfter is the state an op is in after a non-terminal event of type
+// t; "" for a terminal event, whose outcome says more, and for scrubbed,
+// which follows any terminal event.
+func StateAfter(t Type) State {
+	switch t {
+	case TypeDecided:
+		return StateReady
+	case TypeHeld:
+		return StateHeld
+	case TypeGranted:
+		return StateGranted
+	case TypeClaimed:
+		return StateExecuting
+	}
+	return ""
+}
+
 // Op is the folded state of one op: what the projector stores and the query
 // service answers. Apply is its only writer.
 type Op struct {

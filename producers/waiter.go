@@ -50,17 +50,10 @@ func (w *waiter) event(t events.Type, data any) {
 		w.reply(r)
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch data.(type) {
-	case *events.Decided:
-		w.outcome.State = events.StateReady
-	case *events.Held:
-		w.outcome.State = events.StateHeld
-	case *events.Granted:
-		w.outcome.State = events.StateGranted
-	case *events.Claimed:
-		w.outcome.State = events.StateExecuting
+	if st := events.StateAfter(t); st != "" {
+		w.mu.Lock()
+		w.outcome.State = st
+		w.mu.Unlock()
 	}
 }
 

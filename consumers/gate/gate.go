@@ -279,24 +279,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 		r.Existing = true
 		return r, nil
 	}
-	return events.Reply{OpID: opID, Existing: true, State: stateAfter(last.Type)}, nil
-}
-
-// stateAfter is the state an op is in after a non-terminal event of type
-// t, for replies; "" when the event alone does not tell (scrubbed follows
-// any terminal event).
-func stateAfter(t events.Type) events.State {
-	switch t {
-	case events.TypeDecided:
-		return events.StateReady
-	case events.TypeHeld:
-		return events.StateHeld
-	case events.TypeGranted:
-		return events.StateGranted
-	case events.TypeClaimed:
-		return events.StateExecuting
-	}
-	return ""
+	return events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}, nil
 }
 
 // reject records a request.rejected event for a bad request.

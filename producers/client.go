@@ -64,7 +64,7 @@ func WithSource(src string) Option {
 }
 
 // WithPollInterval sets how often a waiting Submit reads the op's newest
-// event itself, in case a live event was missed.
+// event itself, in case a reply was missed.
 func WithPollInterval(d time.Duration) Option {
 	return func(c *Client) error {
 		if d < 10*time.Millisecond {

@@ -364,18 +364,20 @@ func TestDecodeData(t *testing.T) {
 
 func TestDecodeDataEveryType(t *testing.T) {
 	want := map[events.Type]any{
-		events.TypeRequested: &events.Request{},
-		events.TypeRejected:  &events.Rejected{},
-		events.TypeDecided:   &events.Decided{},
-		events.TypeHeld:      &events.Held{},
-		events.TypeGranted:   &events.Granted{},
-		events.TypeDenied:    &events.Denied{},
-		events.TypeExpired:   &events.Expired{},
-		events.TypeClaimed:   &events.Claimed{},
-		events.TypeCompleted: &events.Completed{},
-		events.TypeFailed:    &events.Failed{},
-		events.TypeAmbiguous: &events.Ambiguous{},
-		events.TypeScrubbed:  &events.Scrubbed{},
+		events.TypeRequested:    &events.Request{},
+		events.TypeRejected:     &events.Rejected{},
+		events.TypeDecided:      &events.Decided{},
+		events.TypeHeld:         &events.Held{},
+		events.TypeGranted:      &events.Granted{},
+		events.TypeDenied:       &events.Denied{},
+		events.TypeExpired:      &events.Expired{},
+		events.TypeClaimed:      &events.Claimed{},
+		events.TypeCompleted:    &events.Completed{},
+		events.TypeFailed:       &events.Failed{},
+		events.TypeAmbiguous:    &events.Ambiguous{},
+		events.TypeScrubbed:     &events.Scrubbed{},
+		events.TypeModeSet:      &events.ModeSet{},
+		events.TypePolicyLoaded: &events.PolicyLoaded{},
 	}
 	require.Len(t, events.AllTypes, len(want))
 	for _, typ := range events.AllTypes {
@@ -392,7 +394,7 @@ func TestDecodeDataEveryType(t *testing.T) {
 
 			h, isOp := events.IsOpEvent(got)
 			switch typ {
-			case events.TypeRequested, events.TypeRejected:
+			case events.TypeRequested, events.TypeRejected, events.TypeModeSet, events.TypePolicyLoaded:
 				assert.False(t, isOp)
 				assert.Equal(t, events.OpHeader{}, h)
 			default:

@@ -24,7 +24,19 @@ const (
 	// Policy.
 	CodeCapabilityDenied Code = "CAPABILITY_DENIED"
 	CodeWorkspaceLocked  Code = "WORKSPACE_LOCKED"
+	CodePolicyDenied     Code = "POLICY_DENIED"
+	CodeApprovalRequired Code = "APPROVAL_REQUIRED"
 	CodeHoldExpired      Code = "HOLD_EXPIRED"
+
+	// Resolutions and controls.
+	CodeHoldNotFound        Code = "HOLD_NOT_FOUND"
+	CodeHoldResolved        Code = "HOLD_RESOLVED"
+	CodeGrantDigestMismatch Code = "GRANT_DIGEST_MISMATCH"
+	CodeResumeDenied        Code = "RESUME_DENIED"
+	CodeApprovalDenied      Code = "APPROVAL_DENIED"
+	CodeInvalidResolution   Code = "INVALID_RESOLUTION"
+	CodeInvalidControl      Code = "INVALID_CONTROL"
+	CodeNotAuthorized       Code = "NOT_AUTHORIZED"
 
 	// Execution.
 	CodeNoExecutor         Code = "NO_EXECUTOR"
@@ -44,7 +56,9 @@ const (
 var AllCodes = []Code{
 	CodeInvalidEvent, CodeUnknownEventType, CodeRequestTooLarge, CodeArgsTooLarge,
 	CodeInvalidArgs, CodeInvalidName, CodeInvalidIdempotencyKey, CodeSubjectMismatch,
-	CodeCapabilityDenied, CodeWorkspaceLocked, CodeHoldExpired,
+	CodeCapabilityDenied, CodeWorkspaceLocked, CodePolicyDenied, CodeApprovalRequired, CodeHoldExpired,
+	CodeHoldNotFound, CodeHoldResolved, CodeGrantDigestMismatch, CodeApprovalDenied, CodeResumeDenied,
+	CodeInvalidResolution, CodeInvalidControl, CodeNotAuthorized,
 	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
 	CodeNotFound, CodeInvalidQuery, CodeUnavailable, CodeInternal,
 }

@@ -114,6 +114,15 @@ func TestExamples(t *testing.T) {
 				assert.True(t, strings.HasPrefix(d.Subject, events.SubjectRoot+".req."), d.Subject)
 				assert.Positive(t, d.Size)
 				assert.Positive(t, d.RequestSeq)
+			case *events.ModeSet:
+				assert.False(t, isOp)
+				assert.Equal(t, d.Workspace, ev.Subject(), "subject is the workspace")
+				assert.NotEmpty(t, d.Actor)
+				assert.NotEmpty(t, d.Reason)
+			case *events.PolicyLoaded:
+				assert.False(t, isOp)
+				assert.Empty(t, ev.Subject())
+				assert.NotEmpty(t, d.Source)
 			default:
 				require.True(t, isOp, "%T is an op event", data)
 				assert.NotEmpty(t, hdr.OpID)
@@ -130,6 +139,7 @@ func TestExamples(t *testing.T) {
 				require.NotNil(t, d.Request, "the example shows a first event")
 				assert.Equal(t, d.Request.ArgsDigest, d.ArgsDigest)
 				assert.True(t, d.ExpiresAt.After(ev.Time()))
+				assert.Equal(t, events.HoldID(d.OpID), d.HoldID)
 			case *events.Denied:
 				require.NotNil(t, d.Request, "the example shows a first event")
 				assert.Contains(t, events.AllCodes, d.Code)
@@ -177,7 +187,10 @@ func checkFormats(t *testing.T, data []byte) {
 				if !strings.HasPrefix(path, ".args") {
 					assert.True(t, events.ValidName(x), "%s %q", path, x)
 				}
-			case strings.HasSuffix(key, "digest"), key == "policy_hash":
+			case key == "hold_id":
+				_, ok := events.OpOfHold(x)
+				assert.True(t, ok, "%s %q", path, x)
+			case strings.HasSuffix(key, "digest"), strings.HasSuffix(key, "hash"):
 				assert.Regexp(t, digestPattern, x, path)
 			case key == "fingerprint":
 				assert.Regexp(t, fingerprintPattern, x, path)

@@ -21,8 +21,10 @@ type OpQuery struct {
 
 // ListQuery asks for a page of ops, optionally of one state.
 type ListQuery struct {
-	State  string `json:"state,omitempty"`
-	Cursor string `json:"cursor,omitempty"`
+	State string `json:"state,omitempty"`
+	// Workspace, when set, keeps ops of that workspace only.
+	Workspace string `json:"workspace,omitempty"`
+	Cursor    string `json:"cursor,omitempty"`
 	// Limit is the page size, 1 to MaxPage; 0 means DefaultPage.
 	Limit int `json:"limit,omitempty"`
 }

@@ -80,6 +80,13 @@ type Op struct {
 	PolicyHash  string `json:"policy_hash,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	HoldID      string `json:"hold_id,omitempty"`
+	// HoldExpiresAt is when a hold expires unresolved.
+	HoldExpiresAt *time.Time `json:"hold_expires_at,omitempty"`
+	// Approver names who resolved the hold, and Resolution how.
+	Approver   string `json:"approver,omitempty"`
+	Resolution string `json:"resolution,omitempty"`
+	// Rule names the policy rule behind the newest decision.
+	Rule string `json:"rule,omitempty"`
 	// Attempt is the id of the newest claim; Attempts counts claims.
 	Attempt      string          `json:"attempt,omitempty"`
 	Attempts     int             `json:"attempts,omitempty"`
@@ -115,17 +122,22 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 	switch d := data.(type) {
 	case *Decided:
 		op.summary(d.Request)
-		op.PolicyHash, op.Reason = d.PolicyHash, d.Reason
+		op.PolicyHash, op.Reason, op.Rule = d.PolicyHash, d.Reason, d.Rule
 	case *Held:
 		op.summary(d.Request)
-		op.PolicyHash, op.Reason, op.HoldID = d.PolicyHash, d.Reason, d.HoldID
+		op.PolicyHash, op.Reason, op.HoldID, op.Rule = d.PolicyHash, d.Reason, d.HoldID, d.Rule
+		exp := d.ExpiresAt
+		op.HoldExpiresAt = &exp
 	case *Granted:
-		op.Reason = d.Reason
+		op.Reason, op.Approver, op.Resolution = d.Reason, d.Approver, string(DecisionGrant)
 	case *Denied:
 		op.summary(d.Request)
-		op.ErrorCode, op.Error = d.Code, d.Reason
+		op.ErrorCode, op.Error, op.Rule = d.Code, d.Reason, d.Rule
 		if d.PolicyHash != "" {
 			op.PolicyHash = d.PolicyHash
+		}
+		if d.Actor != "" {
+			op.Approver, op.Resolution = d.Actor, string(DecisionDeny)
 		}
 	case *Expired:
 		op.ErrorCode, op.Error = CodeHoldExpired, "hold expired unresolved"

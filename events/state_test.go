@@ -260,11 +260,13 @@ func TestApplyLifecycle(t *testing.T) {
 	require.NoError(t, op.Apply(evs["scrubbed"], 7, t0.Add(7*time.Minute)))
 
 	sum := testSummary()
+	holdExp := t0.Add(time.Hour)
 	want := events.Op{
 		ID: testOpID, Workspace: "acme", State: events.StateCompleted,
 		Agent: sum.Agent, Tool: sum.Tool, Class: sum.Class, Fingerprint: sum.Fingerprint,
 		ArgsDigest: sum.ArgsDigest, RequestSeq: sum.RequestSeq,
 		PolicyHash: "sha256:p1", Reason: "tool allowed", HoldID: "hold_1",
+		HoldExpiresAt: &holdExp, Approver: "alice", Resolution: "grant",
 		Attempt: "a2", Attempts: 2,
 		Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9",
 		Scrubbed: true,

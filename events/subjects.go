@@ -13,6 +13,16 @@ const (
 	OpSubjects = SubjectRoot + ".op.>"
 	// RejectedSubjects matches every rejection subject.
 	RejectedSubjects = SubjectRoot + ".rejected.>"
+	// SysSubjects matches the records of controls and policy changes.
+	SysSubjects = SubjectRoot + ".sys.>"
+	// ModeSubjects matches every workspace's mode controls.
+	ModeSubjects = SubjectRoot + ".sys.mode.>"
+	// PolicySubject records each policy a gate loads.
+	PolicySubject = SubjectRoot + ".sys.policy"
+	// ResolveSubjects and ControlSubjects match every resolution and
+	// control command.
+	ResolveSubjects = SubjectRoot + ".resolve.*.*"
+	ControlSubjects = SubjectRoot + ".ctl.*.*"
 	// QueryPrefix is the subject prefix of the query service's endpoints.
 	QueryPrefix = SubjectRoot + ".q"
 	// NoWorkspace stands for the workspace of a request whose own subject
@@ -38,6 +48,9 @@ func OpFilter(ws, op string) string { return SubjectRoot + ".op." + ws + "." + o
 // what the tool's executors consume.
 func ReadySubjects(tool string) string { return SubjectRoot + ".op.*.*." + tool + ".decided" }
 
+// GrantedSubjects matches every granted event: the gate's resume work.
+const GrantedSubjects = SubjectRoot + ".op.*.*.*.granted"
+
 // RejectedSubject carries request.rejected events for a workspace, or for
 // NoWorkspace.
 func RejectedSubject(ws string) string { return SubjectRoot + ".rejected." + ws }
@@ -54,4 +67,33 @@ func OpSubjectParts(subject string) (ws, op, tool, verb string, ok bool) {
 		return "", "", "", "", false
 	}
 	return parts[0], parts[1], parts[2], parts[3], true
+}
+
+// ModeSubject records the mode controls of one workspace.
+func ModeSubject(ws string) string { return SubjectRoot + ".sys.mode." + ws }
+
+// ResolveSubject is where the principal named publishes resolutions of
+// the workspace's holds: airlock.v1.resolve.<ws>.<principal>. The
+// server's permissions let a principal publish only under its own name.
+func ResolveSubject(ws, principal string) string {
+	return SubjectRoot + ".resolve." + ws + "." + principal
+}
+
+// ControlSubject is where the principal named publishes controls of the
+// workspace: airlock.v1.ctl.<ws>.<principal>.
+func ControlSubject(ws, principal string) string {
+	return SubjectRoot + ".ctl." + ws + "." + principal
+}
+
+// CommandSubjectParts splits a resolve or control subject into its
+// workspace and principal; ok is false unless both are valid names.
+func CommandSubjectParts(subject string) (ws, principal string, ok bool) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 || parts[0]+"."+parts[1] != SubjectRoot || (parts[2] != "resolve" && parts[2] != "ctl") {
+		return "", "", false
+	}
+	if !ValidName(parts[3]) || !ValidName(parts[4]) {
+		return "", "", false
+	}
+	return parts[3], parts[4], true
 }

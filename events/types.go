@@ -22,12 +22,17 @@ const (
 	TypeFailed    Type = "dev.airlock.op.failed.v1"
 	TypeAmbiguous Type = "dev.airlock.op.ambiguous.v1"
 	TypeScrubbed  Type = "dev.airlock.op.scrubbed.v1"
+	// TypeModeSet and TypePolicyLoaded are not op events: they record the
+	// controls and policy the gate decides under.
+	TypeModeSet      Type = "dev.airlock.mode.set.v1"
+	TypePolicyLoaded Type = "dev.airlock.policy.loaded.v1"
 )
 
 // AllTypes lists every event type.
 var AllTypes = []Type{
 	TypeRequested, TypeRejected, TypeDecided, TypeHeld, TypeGranted, TypeDenied,
 	TypeExpired, TypeClaimed, TypeCompleted, TypeFailed, TypeAmbiguous, TypeScrubbed,
+	TypeModeSet, TypePolicyLoaded,
 }
 
 // Known reports whether t is one of AllTypes.
@@ -95,6 +100,10 @@ type Decided struct {
 	Request    *Summary `json:"request,omitempty"`
 	PolicyHash string   `json:"policy_hash"`
 	Reason     string   `json:"reason"`
+	// Rule names the policy rule that decided, if one did.
+	Rule string `json:"rule,omitempty"`
+	// Mode is the permission mode the decision was made in.
+	Mode string `json:"mode,omitempty"`
 }
 
 // Held records that the op waits for an approver.
@@ -106,15 +115,20 @@ type Held struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 	PolicyHash string    `json:"policy_hash"`
 	Reason     string    `json:"reason"`
+	Rule       string    `json:"rule,omitempty"`
+	Mode       string    `json:"mode,omitempty"`
 }
 
-// Granted records an approver's grant of a hold.
+// Granted records an approver's grant of a hold. Approver is the
+// principal whose credential published the grant, never a field the
+// approver filled in; ApproverKey is that credential's public key.
 type Granted struct {
 	OpHeader
-	HoldID     string `json:"hold_id"`
-	ArgsDigest string `json:"args_digest"`
-	Approver   string `json:"approver"`
-	Reason     string `json:"reason"`
+	HoldID      string `json:"hold_id"`
+	ArgsDigest  string `json:"args_digest"`
+	Approver    string `json:"approver"`
+	ApproverKey string `json:"approver_key,omitempty"`
+	Reason      string `json:"reason"`
 }
 
 // Denied records a denial by policy, by an approver, or on resume. Terminal.
@@ -124,7 +138,13 @@ type Denied struct {
 	Code       Code     `json:"code"`
 	Reason     string   `json:"reason"`
 	PolicyHash string   `json:"policy_hash,omitempty"`
-	Actor      string   `json:"actor,omitempty"`
+	Rule       string   `json:"rule,omitempty"`
+	Mode       string   `json:"mode,omitempty"`
+	// Actor and ActorKey name the approver who denied a hold; HoldID the
+	// hold.
+	Actor    string `json:"actor,omitempty"`
+	ActorKey string `json:"actor_key,omitempty"`
+	HoldID   string `json:"hold_id,omitempty"`
 }
 
 // Expired records that a hold passed its expiry unresolved. Terminal.
@@ -225,6 +245,10 @@ func NewPayload(t Type) any {
 		return new(Ambiguous)
 	case TypeScrubbed:
 		return new(Scrubbed)
+	case TypeModeSet:
+		return new(ModeSet)
+	case TypePolicyLoaded:
+		return new(PolicyLoaded)
 	}
 	return nil
 }

@@ -19,6 +19,10 @@ type Reply struct {
 	Message  string `json:"message,omitempty"`
 	// Result is the stored result of a completed op.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Hold describes the hold of a held op (Code APPROVAL_REQUIRED).
+	Hold *HoldInfo `json:"hold,omitempty"`
+	// Mode is the control an operator's mode command recorded.
+	Mode *ModeSet `json:"mode,omitempty"`
 }
 
 // ValidInbox reports whether s may be answered as an Airlock-Reply-To
@@ -36,6 +40,19 @@ func ValidInbox(s string) bool {
 		}
 	}
 	return true
+}
+
+// StatusReply is the Reply that tells a submitter where its op stands
+// after data: a terminal outcome (OutcomeReply) or a hold waiting for an
+// approver; false for any other event.
+func StatusReply(data any) (Reply, bool) {
+	if h, ok := data.(*Held); ok {
+		return Reply{
+			OpID: h.OpID, State: StateHeld, Code: CodeApprovalRequired, Message: h.Reason,
+			Hold: &HoldInfo{HoldID: h.HoldID, ArgsDigest: h.ArgsDigest, ExpiresAt: h.ExpiresAt, Reason: h.Reason},
+		}, true
+	}
+	return OutcomeReply(data)
 }
 
 // OutcomeReply is the Reply that announces a terminal op event, and false

@@ -144,15 +144,27 @@ type Outcome struct {
 	Pending bool `json:"pending,omitempty"`
 	// Result is the stored result of a completed op.
 	Result json.RawMessage `json:"result,omitempty"`
-	// Code and Message explain a denied, failed, expired or ambiguous op.
+	// Code and Message explain a denied, failed, expired or ambiguous op,
+	// and a held one (APPROVAL_REQUIRED).
 	Code    events.Code `json:"error_code,omitempty"`
 	Message string      `json:"error,omitempty"`
+	// HoldID, ArgsDigest and HoldExpiresAt describe the hold of a held op:
+	// an approver grants it by naming the hold and the digest.
+	HoldID        string     `json:"hold_id,omitempty"`
+	ArgsDigest    string     `json:"args_digest,omitempty"`
+	HoldExpiresAt *time.Time `json:"hold_expires_at,omitempty"`
 }
 
 // Terminal reports whether the outcome is final.
 func (o Outcome) Terminal() bool { return o.State.Terminal() }
 
-// Submit publishes req and waits for the op's terminal outcome. It returns
+// Held reports whether the op waits for an approver.
+func (o Outcome) Held() bool { return o.State == events.StateHeld }
+
+// Submit publishes req and waits for the op's terminal outcome, or until
+// the op is held for an approver: a held outcome has Code
+// APPROVAL_REQUIRED and the hold's id and digest. Submitting the same
+// request again later (after a grant, say) waits for where it went. It returns
 // an *events.Error for a request that is bad input (checked locally first,
 // or rejected by the gate) and a pending outcome, with a nil error, when
 // the wait (WithWait or ctx's deadline) runs out first.

@@ -52,7 +52,9 @@ func TestSubmitOutcomes(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, again.State)
 	assert.JSONEq(t, `{"job":1}`, string(again.Result))
 
-	// A ctx deadline shorter than the wait also gives a pending outcome.
+	// A ctx deadline shorter than the wait also gives a pending outcome
+	// (blocked again, so the op cannot end first).
+	require.NoError(t, os.Remove(filepath.Join(blocker.Dir, "release")))
 	short, scancel := context.WithTimeout(ctx, time.Millisecond)
 	defer scancel()
 	out, err = c.Submit(short, events.Request{Workspace: "w", Agent: "a", Tool: "block", Args: json.RawMessage(`{"job":2}`)})

@@ -46,7 +46,7 @@ func (w *waiter) finish() {
 // event folds one op event into the outcome: a terminal event ends the
 // wait with the same outcome a reply would carry.
 func (w *waiter) event(t events.Type, data any) {
-	if r, ok := events.OutcomeReply(data); ok {
+	if r, ok := events.StatusReply(data); ok {
 		w.reply(r)
 		return
 	}
@@ -72,6 +72,13 @@ func (w *waiter) reply(r events.Reply) {
 		w.finish()
 	case r.State.Terminal():
 		w.outcome = Outcome{OpID: w.opID, State: r.State, Result: r.Result, Code: r.Code, Message: r.Message}
+		w.finish()
+	case r.State == events.StateHeld && r.Hold != nil:
+		exp := r.Hold.ExpiresAt
+		w.outcome = Outcome{
+			OpID: w.opID, State: r.State, Code: r.Code, Message: r.Message,
+			HoldID: r.Hold.HoldID, ArgsDigest: r.Hold.ArgsDigest, HoldExpiresAt: &exp,
+		}
 		w.finish()
 	default:
 		if r.State != "" {

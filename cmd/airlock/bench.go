@@ -70,12 +70,16 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "messages per op:             %10.2f\n", res.MsgsPerOp)
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
+			if res.Holds > 0 {
+				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
+			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Ops, "ops", 20000, "echo ops to run")
 	f.IntVar(&cfg.Concurrency, "concurrency", 512, "submits in flight")
+	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")

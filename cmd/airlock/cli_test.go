@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,17 +43,16 @@ func TestCLI(t *testing.T) {
 	}
 	ledger := t.TempDir()
 	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger}, "--workspace-mode", "vault=locked")
-	server := "--server=" + srv.url
 
 	// A locked workspace runs read tools only.
-	out, _, code := run(t, "submit", server, "--ws", "vault", "--agent", "me", "--tool", "count", "--json")
+	out, _, code := srv.run(t, "submit", "--ws", "vault", "--agent", "me", "--tool", "count", "--json")
 	assert.Equal(t, 4, code, out)
 	assert.Contains(t, out, `"error_code":"WORKSPACE_LOCKED"`)
-	out, _, code = run(t, "submit", server, "--ws", "vault", "--agent", "me", "--tool", "echo", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "vault", "--agent", "me", "--tool", "echo", "--json")
 	assert.Equal(t, 0, code, out)
 
 	// completed: exit 0, one JSON object with op_id, state and result.
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
 	require.Equal(t, 0, code, out)
 	var got struct {
 		OpID   string          `json:"op_id"`
@@ -68,40 +67,40 @@ func TestCLI(t *testing.T) {
 	completed := got.OpID
 
 	// The same request again is the same op, still completed, not rerun.
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
 	require.Equal(t, 0, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, completed, got.OpID)
 
 	// denied: exit 4 with the code.
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "format_disk", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "format_disk", "--json")
 	assert.Equal(t, 4, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, "denied", got.State)
 	assert.Equal(t, "CAPABILITY_DENIED", got.Code)
 
 	// still pending when --wait runs out: exit 3.
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "block", "--wait", "300ms", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "block", "--wait", "300ms", "--json")
 	assert.Equal(t, 3, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	blocked := got.OpID
 	require.NoError(t, os.WriteFile(filepath.Join(ledger, "release"), nil, 0o600))
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "block", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "block", "--json")
 	assert.Equal(t, 0, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, blocked, got.OpID)
 
 	// usage errors: exit 2, nothing sent.
 	for _, args := range [][]string{
-		{"submit", server, "--agent", "me", "--tool", "echo"},
-		{"submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "{not json"},
-		{"submit", server, "--ws", "CLI", "--agent", "me", "--tool", "echo"},
-		{"submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--wait", "0s"},
-		{"ops", "get", server, "not-an-op"},
-		{"ops", "list", server, "--state", "sleeping"},
+		{"submit", "--agent", "me", "--tool", "echo"},
+		{"submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "{not json"},
+		{"submit", "--ws", "CLI", "--agent", "me", "--tool", "echo"},
+		{"submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--wait", "0s"},
+		{"ops", "get", "not-an-op"},
+		{"ops", "list", "--state", "sleeping"},
 		{"frobnicate"},
 	} {
-		_, stderr, code := run(t, args...)
+		_, stderr, code := srv.run(t, args...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}
 
@@ -109,13 +108,13 @@ func TestCLI(t *testing.T) {
 	out, _, code = run(t, "submit", "--server=nats://"+freePort(t), "--ws", "cli", "--agent", "me", "--tool", "echo", "--json")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, `"error_code":"UNAVAILABLE"`)
-	out, _, code = run(t, "submit", server, "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "[", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "[", "--json")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, out, `"error_code":"INVALID_ARGS"`)
 
 	// ops get and ops list read the projection.
 	require.Eventually(t, func() bool {
-		out, _, code = run(t, "ops", "get", server, completed, "--json")
+		out, _, code = srv.run(t, "ops", "get", completed, "--json")
 		return code == 0
 	}, 10*time.Second, 50*time.Millisecond)
 	var op struct {
@@ -128,7 +127,7 @@ func TestCLI(t *testing.T) {
 	assert.Equal(t, "completed", op.State)
 	assert.Equal(t, "echo", op.Tool)
 
-	out, _, code = run(t, "ops", "list", server, "--state", "denied", "--json")
+	out, _, code = srv.run(t, "ops", "list", "--state", "denied", "--json")
 	require.Equal(t, 0, code)
 	var list struct {
 		Ops []struct {
@@ -139,11 +138,11 @@ func TestCLI(t *testing.T) {
 	require.Len(t, list.Ops, 2) // the locked workspace's write, the unknown tool
 	assert.Equal(t, "denied", list.Ops[0].State)
 
-	out, _, code = run(t, "ops", "list", server)
+	out, _, code = srv.run(t, "ops", "list")
 	require.Equal(t, 0, code)
 	assert.Equal(t, 6, strings.Count(out, "\n"), out) // header and five ops
 
-	_, stderr, code := run(t, "ops", "get", server, "op_00000000000000000000000000000000")
+	_, stderr, code := srv.run(t, "ops", "get", "op_00000000000000000000000000000000")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "NOT_FOUND")
 
@@ -161,7 +160,7 @@ func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
 	}
 	dir, addr := t.TempDir(), freePort(t)
 	srv := startServer(t, dir, addr, nil)
-	out, _, code := run(t, "submit", "--server="+srv.url, "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	out, _, code := srv.run(t, "submit", "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, 0, code)
 	var first struct {
 		OpID string `json:"op_id"`
@@ -176,18 +175,16 @@ func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
 	// Same data dir, another dedupe window: the stream is updated, the op
 	// is still there and still answers a retry.
 	srv = startServer(t, dir, addr, nil, "--dedupe-window", "5m")
-	nc, err := nats.Connect(srv.url)
-	require.NoError(t, err)
-	defer nc.Close()
+	nc := srv.connect(t, authority.ServiceName)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	st, err := js.Stream(ctx, streams.Requests)
 	require.NoError(t, err)
 	assert.Equal(t, 5*time.Minute, st.CachedInfo().Config.Duplicates)
-	out, _, code = run(t, "ops", "get", "--server="+srv.url, first.OpID, "--json")
+	out, _, code = srv.run(t, "ops", "get", first.OpID, "--json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"state":"completed"`)
-	out, _, code = run(t, "submit", "--server="+srv.url, "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, first.OpID)
 }
@@ -199,10 +196,24 @@ func TestServeAgainstExternalNATS(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	first := startServer(t, t.TempDir(), freePort(t), nil)
-	second := startServer(t, t.TempDir(), freePort(t), nil, "--nats-url", first.url)
+	// The second process shares the first one's principals, as processes
+	// against one external server do.
+	dir := t.TempDir()
+	creds := filepath.Join(dir, authority.CredsDir)
+	require.NoError(t, os.CopyFS(creds, os.DirFS(filepath.Join(first.dir, authority.CredsDir))))
+	require.NoError(t, filepath.WalkDir(creds, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return os.Chmod(path, 0o700)
+		}
+		return os.Chmod(path, 0o600)
+	}))
+	second := startServer(t, dir, freePort(t), nil, "--nats-url", first.url)
 	assert.Equal(t, first.url, second.url, "the second prints the NATS it uses")
 	for i := range 10 {
-		out, _, code := run(t, "submit", "--server="+first.url, "--ws", "ext", "--agent", "me", "--tool", "echo", "--args", fmt.Sprintf(`{"i":%d}`, i), "--json")
+		out, _, code := first.run(t, "submit", "--ws", "ext", "--agent", "me", "--tool", "echo", "--args", fmt.Sprintf(`{"i":%d}`, i), "--json")
 		require.Equal(t, 0, code, out)
 		assert.Contains(t, out, `"state":"completed"`)
 	}

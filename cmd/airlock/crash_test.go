@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
@@ -34,9 +35,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
 	srv := startServer(t, dir, addr, env, "--claim-timeout", "1s")
 
-	nc, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
-	require.NoError(t, err)
-	defer nc.Close()
+	nc := srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 	c, err := producers.New(nc, producers.WithWait(time.Second), producers.WithPollInterval(200*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close()
@@ -86,7 +85,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	require.NoError(t, ctx.Err())
 
 	// Every op ended once; every completed op ran exactly once.
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(srv.connect(t, authority.ServiceName))
 	require.NoError(t, err)
 	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
 	require.True(t, os.IsNotExist(err), "an op executed twice")
@@ -146,9 +145,7 @@ func TestCrashAfterSideEffect(t *testing.T) {
 	addr := freePort(t)
 	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
 	srv := startServer(t, dir, addr, env, "--claim-timeout", "1s")
-	nc, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	require.NoError(t, err)
-	defer nc.Close()
+	nc := srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close()
@@ -177,7 +174,7 @@ func TestCrashAfterSideEffect(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, out.OpID+"\n", string(recovered))
 	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeClaimed, events.TypeCompleted},
-		testenv.OpEvents(t, mustJS(t, nc), "crash", out.OpID))
+		testenv.OpEvents(t, mustJS(t, srv.connect(t, authority.ServiceName)), "crash", out.OpID))
 }
 
 func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/airlock-dev/airlock/events"
 	"io"
 	"net"
 	"os"
@@ -16,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -54,6 +56,7 @@ func freePort(t *testing.T) string {
 // server is one `airlock serve` subprocess.
 type server struct {
 	cmd    *exec.Cmd
+	dir    string
 	url    string
 	done   chan struct{}
 	stderr *lockedBuffer
@@ -84,7 +87,7 @@ func startServer(t *testing.T, dir, addr string, env []string, args ...string) *
 	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	s := &server{cmd: cmd, done: make(chan struct{}), stderr: &lockedBuffer{}}
+	s := &server{cmd: cmd, dir: dir, done: make(chan struct{}), stderr: &lockedBuffer{}}
 	cmd.Stderr = s.stderr
 	require.NoError(t, cmd.Start())
 	urls := make(chan string, 1)
@@ -130,6 +133,25 @@ func (s *server) stop(ctx context.Context) (int, error) {
 	case <-ctx.Done():
 		return -1, ctx.Err()
 	}
+}
+
+// run runs a client command against the server, with its data dir, so
+// the command finds its role's credentials there.
+func (s *server) run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	return run(t, append(args, "--server="+s.url, "--data="+s.dir)...)
+}
+
+// connect connects to the server as the principal named (its creds file
+// in the server's data dir).
+func (s *server) connect(t *testing.T, name string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opt, err := authority.ConnectOption(filepath.Join(s.dir, authority.CredsDir, name+authority.CredsExt))
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.url, append(opts, opt)...)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 func projectorQuery(state string) events.ListQuery {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -40,27 +42,7 @@ func newOpsGet(g *globals) *cobra.Command {
 				printJSON(w, op)
 				return nil
 			}
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			row := func(k, v string) {
-				if v != "" {
-					fmt.Fprintf(tw, "%s\t%s\n", k, v)
-				}
-			}
-			row("op", op.ID)
-			row("state", string(op.State))
-			row("workspace", op.Workspace)
-			row("agent", op.Agent)
-			row("tool", op.Tool+" ("+op.Class+")")
-			row("fingerprint", op.Fingerprint)
-			row("args digest", op.ArgsDigest)
-			row("policy", op.PolicyHash)
-			row("reason", op.Reason)
-			row("attempts", fmt.Sprint(op.Attempts))
-			row("error", string(op.ErrorCode)+" "+op.Error)
-			row("result", string(op.Result))
-			row("created", op.CreatedAt.Format(time.RFC3339Nano))
-			row("updated", op.UpdatedAt.Format(time.RFC3339Nano))
-			return tw.Flush()
+			return printOp(w, op)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the op as JSON")
@@ -134,7 +116,7 @@ func newOpsList(g *globals) *cobra.Command {
 
 // client connects a producers client; done closes both.
 func (g *globals) client() (*producers.Client, func(), error) {
-	nc, err := g.connect()
+	nc, err := g.connect("auditor")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -144,4 +126,37 @@ func (g *globals) client() (*producers.Client, func(), error) {
 		return nil, nil, err
 	}
 	return c, func() { _ = c.Close(); nc.Close() }, nil
+}
+
+// printOp prints one op, a field a line.
+func printOp(w io.Writer, op *events.Op) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if strings.TrimSpace(v) != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("op", op.ID)
+	row("state", string(op.State))
+	row("workspace", op.Workspace)
+	row("agent", op.Agent)
+	row("tool", op.Tool+" ("+op.Class+")")
+	row("fingerprint", op.Fingerprint)
+	row("args digest", op.ArgsDigest)
+	row("policy", op.PolicyHash)
+	row("rule", op.Rule)
+	row("reason", op.Reason)
+	row("hold", op.HoldID)
+	if op.HoldExpiresAt != nil {
+		row("hold expires", op.HoldExpiresAt.Format(time.RFC3339))
+	}
+	if op.Resolution != "" {
+		row("resolution", op.Resolution+" by "+op.Approver)
+	}
+	row("attempts", fmt.Sprint(op.Attempts))
+	row("error", string(op.ErrorCode)+" "+op.Error)
+	row("result", string(op.Result))
+	row("created", op.CreatedAt.Format(time.RFC3339Nano))
+	row("updated", op.UpdatedAt.Format(time.RFC3339Nano))
+	return tw.Flush()
 }

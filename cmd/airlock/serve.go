@@ -5,9 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/spf13/cobra"
 )
@@ -20,11 +25,13 @@ const minDedupeWindow = time.Minute
 // shutdownTimeout bounds a clean shutdown after SIGINT or SIGTERM.
 const shutdownTimeout = 30 * time.Second
 
-func newServe() *cobra.Command {
+func newServe(g *globals) *cobra.Command {
 	var (
 		cfg      app.Config
 		fsync    string
 		logLevel string
+		wsModes  map[string]string
+		noAuth   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -49,12 +56,26 @@ func newServe() *cobra.Command {
 			if cfg.NATSURL != "" {
 				cfg.Listen, cfg.Monitor = "", ""
 			}
+			cfg.DataDir = g.data
+			cfg.Auth = !noAuth
+			if cfg.PolicyFile != "" && (len(wsModes) > 0 || len(cfg.Policy.Tools) > 0 || cmd.Flags().Changed("default-mode")) {
+				return usageError("--policy excludes --workspace-mode, --default-mode and --tool-class: put them in the file")
+			}
+			if cfg.PolicyFile == "" {
+				for ws, m := range wsModes {
+					if cfg.Policy.Workspaces == nil {
+						cfg.Policy.Workspaces = map[string]policy.WorkspaceSpec{}
+					}
+					cfg.Policy.Workspaces[ws] = policy.WorkspaceSpec{Mode: m}
+				}
+			} else {
+				cfg.Policy = policy.Spec{}
+			}
 			cfg.Executors = append(cfg.Executors, testExecutors()...)
 			return serve(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.DataDir, "data", "./airlock-data", "data directory (JetStream store and projection)")
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:4222", "embedded NATS client address (host:port)")
 	f.StringVar(&cfg.Monitor, "monitor", "127.0.0.1:8222", "embedded NATS HTTP monitoring address; empty for none")
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "use this external NATS instead of the embedded server")
@@ -63,10 +84,12 @@ func newServe() *cobra.Command {
 	f.StringVar(&cfg.ExecutorGroup, "executor-group", "", "durable consumer group of this process's executors (processes of one group share work)")
 	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
-	f.StringToStringVar(&cfg.Policy.Workspaces, "workspace-mode", nil, "permission mode of a workspace, WS=auto|locked (repeatable; anything else is locked)")
+	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML or JSON; see docs/policy.md); SIGHUP reloads it. Default: a built-in policy shaped by the three flags below")
+	f.StringToStringVar(&wsModes, "workspace-mode", nil, "permission mode of a workspace, WS=auto|confirm|locked (repeatable; anything else is locked)")
 	f.StringVar(&cfg.Policy.DefaultMode, "default-mode", "auto", "permission mode of workspaces not named by --workspace-mode")
 	f.StringToStringVar(&cfg.Policy.Tools, "tool-class", nil, "capability class of a tool, TOOL=read|write|exec|network|destructive (repeatable; overrides the executor's own)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&noAuth, "no-auth", false, "admit every client with every permission (no credentials): only for a private, single-user machine")
 	return cmd
 }
 
@@ -80,11 +103,29 @@ func serve(ctx context.Context, cfg app.Config) error {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
-	select {
-	case <-ctx.Done():
-		cfg.Logger.Info("shutting down")
-	case <-a.Done():
-		cfg.Logger.Error("a part stopped", "err", a.Err())
+	if a.Authority != nil {
+		fmt.Printf("  creds:   %s\n", filepath.Dir(a.Authority.CredsPath(authority.ServiceName)))
+	} else {
+		fmt.Printf("  creds:   none (--no-auth: every client may do anything)\n")
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			cfg.Logger.Info("shutting down")
+			running = false
+		case <-a.Done():
+			cfg.Logger.Error("a part stopped", "err", a.Err())
+			running = false
+		case <-hup:
+			if err := a.ReloadPolicy(ctx); err != nil {
+				cfg.Logger.Error("policy not reloaded; the previous one stays in force", "err", err)
+				continue
+			}
+			cfg.Logger.Info("policy reloaded", "hash", a.PolicyHash())
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
 	defer cancel()

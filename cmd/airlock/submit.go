@@ -27,7 +27,8 @@ func newSubmit(g *globals) *cobra.Command {
 		Long: `Submit a tool request and wait for its outcome.
 
 Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
-3 still pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
+3 held for an approver (APPROVAL_REQUIRED, with the hold id) or still
+pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct{ name, value string }{{"ws", req.Workspace}, {"agent", req.Agent}, {"tool", req.Tool}} {
@@ -45,7 +46,7 @@ Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 			if wait <= 0 {
 				return usageError("--wait must be positive")
 			}
-			nc, err := g.connect()
+			nc, err := g.connect("agent")
 			if err != nil {
 				return report(cmd.OutOrStdout(), producers.Outcome{}, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true}, asJSON)
 			}
@@ -102,12 +103,15 @@ func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
 			fmt.Fprintf(w, " %s: %s", out.Code, out.Message)
 		}
 		fmt.Fprintln(w)
+		if out.Held() {
+			fmt.Fprintf(w, "hold %s covers args %s; expires %s\n", out.HoldID, out.ArgsDigest, out.HoldExpiresAt.Format(time.RFC3339))
+		}
 		if len(out.Result) > 0 {
 			fmt.Fprintln(w, string(out.Result))
 		}
 	}
 	switch {
-	case out.Pending:
+	case out.Pending, out.Held():
 		return &exitError{code: exitPending}
 	case out.State == events.StateCompleted:
 		return nil

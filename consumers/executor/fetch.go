@@ -3,15 +3,14 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxFetchBatch bounds the request messages one batched direct get asks
@@ -141,35 +140,15 @@ func requestFromBody(body []byte) (*events.Request, error) {
 // fetch reads the op's args from its request message and checks that they
 // are the op's: the request's fingerprint must derive the op id.
 func (r *Runner) fetch(ctx context.Context, item work) (Call, error) {
-	raw, err := r.requests.GetMsg(ctx, item.RequestSeq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return callOf(item), events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", item.RequestSeq)
-	}
+	call := callOf(item)
+	req, err := oplog.Request(ctx, r.requests, item.RequestSeq, item.OpID)
 	if err != nil {
-		return callOf(item), fmt.Errorf("fetch request %d: %w", item.RequestSeq, err)
+		return call, err
 	}
-	return parseRequest(item, raw.Header, raw.Data)
+	call.Args = req.Args
+	return call, nil
 }
 
 func callOf(item work) Call {
 	return Call{OpID: item.OpID, Workspace: item.Workspace, Agent: item.Agent, Tool: item.Tool}
-}
-
-// parseRequest decodes a request message into the call of item.
-func parseRequest(item work, h nats.Header, body []byte) (Call, error) {
-	call := callOf(item)
-	ev, err := events.Decode(h, body)
-	if err != nil {
-		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", item.RequestSeq, err)
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return call, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", item.RequestSeq, err)
-	}
-	req, ok := data.(*events.Request)
-	if !ok || req.Validate() != nil || events.OpID(req.Fingerprint()) != item.OpID {
-		return call, events.Errorf(events.CodeRequestUnavailable, "message %d is not the request of %s", item.RequestSeq, item.OpID)
-	}
-	call.Args = req.Args
-	return call, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -15,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // Source is the ce-source of the events the gate writes.
@@ -26,8 +28,18 @@ type Config struct {
 	Conn *nats.Conn
 	// JetStream reads requests and appends op events. Required.
 	JetStream jetstream.JetStream
-	// Policy decides each request. Required.
+	// Policy decides each request. Required; SetPolicy replaces it.
 	Policy *policy.Policy
+	// PolicySource says where the policy came from (a file, "built-in"),
+	// for the policy.loaded event.
+	PolicySource string
+	// Principals looks up the principal a resolution or control subject
+	// names. Nil when the server authenticates nobody: the name on the
+	// subject is then taken as given, and nothing stops anyone resolving.
+	Principals func(name string) (Principal, bool)
+	// Clock tells the time for hold expiries and control expiries; default
+	// time.Now.
+	Clock func() time.Time
 	// Tools, when set, lists the tools some executor serves: a request the
 	// policy allows for any other tool is denied with NO_EXECUTOR rather
 	// than left ready for ever. Nil when executors run elsewhere.
@@ -66,13 +78,26 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.PolicySource == "" {
+		c.PolicySource = "built-in"
+	}
 	return nil
 }
 
-// Gate is the request consumer. Run it once.
+// Gate decides requests, resolves holds, resumes granted ops and applies
+// operators' controls. Run it once; SetPolicy is safe to call while it
+// runs.
 type Gate struct {
-	cfg Config
-	ops jetstream.Stream
+	cfg    Config
+	ops    jetstream.Stream
+	reqs   jetstream.Stream
+	modes  *modes
+	policy atomic.Pointer[policy.Policy]
+	source atomic.Pointer[string]
+	ready  chan struct{}
 }
 
 // New returns a gate.
@@ -80,20 +105,83 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Gate{cfg: cfg}, nil
+	g := &Gate{cfg: cfg, modes: newModes(), ready: make(chan struct{})}
+	g.policy.Store(cfg.Policy)
+	g.source.Store(&cfg.PolicySource)
+	return g, nil
 }
 
-// Run handles requests until ctx ends.
+// Ready is closed once Run has loaded the controls in force, recorded the
+// policy and subscribed to resolutions and controls.
+func (g *Gate) Ready() <-chan struct{} { return g.ready }
+
+// Policy is the policy the gate decides with.
+func (g *Gate) Policy() *policy.Policy { return g.policy.Load() }
+
+// Run handles requests, resolutions, controls and resumes until ctx ends.
 func (g *Gate) Run(ctx context.Context) error {
 	js := g.cfg.JetStream
-	st, err := js.Stream(ctx, streams.Ops)
+	var err error
+	if g.ops, err = js.Stream(ctx, streams.Ops); err == nil {
+		g.reqs, err = js.Stream(ctx, streams.Requests)
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
-	g.ops = st
+	last, err := g.loadModes(ctx)
+	if err != nil {
+		return err
+	}
+	if err := g.recordPolicy(ctx, g.Policy(), *g.source.Load()); err != nil {
+		return err
+	}
+	grp, gctx := errgroup.WithContext(ctx)
+	grp.Go(func() error { return g.watchModes(gctx, last) })
+	subscribed := make(chan struct{})
+	grp.Go(func() error { return g.serveCommands(gctx, subscribed) })
+	select {
+	case <-subscribed:
+		close(g.ready)
+	case <-gctx.Done():
+	}
+	grp.Go(func() error { return g.runResume(gctx) })
+	grp.Go(func() error { return g.runRequests(gctx) })
+	return grp.Wait()
+}
+
+// serveCommands answers resolutions and controls, as a queue group so
+// that several gates share them.
+func (g *Gate) serveCommands(ctx context.Context, subscribed chan<- struct{}) error {
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for subject, h := range map[string]func(context.Context, *nats.Msg){
+		events.ResolveSubjects: g.handleResolve,
+		events.ControlSubjects: g.handleControl,
+	} {
+		sub, err := g.cfg.Conn.QueueSubscribe(subject, streams.GateConsumer, func(m *nats.Msg) { h(ctx, m) })
+		if err != nil {
+			return fmt.Errorf("gate: subscribe %s: %w", subject, err)
+		}
+		subs = append(subs, sub)
+	}
+	if err := g.cfg.Conn.Flush(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("gate: subscribe: %w", err)
+	}
+	close(subscribed)
+	<-ctx.Done()
+	return nil
+}
+
+// runRequests decides requests until ctx ends.
+func (g *Gate) runRequests(ctx context.Context) error {
+	js := g.cfg.JetStream
 	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Requests, jetstream.ConsumerConfig{
 		Durable:       streams.GateConsumer,
 		Description:   "Airlock gate: requests to ops",
@@ -149,7 +237,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			g.retry(a.m, "admit "+a.opID, err)
 			continue
 		default:
-			if r, ok := events.OutcomeReply(a.append.Data()); ok {
+			if r, ok := events.StatusReply(a.append.Data()); ok {
 				a.reply = &r
 			}
 			g.cfg.Logger.Debug("op admitted", "op", a.opID, "ws", a.req.Workspace, "state", a.state, "seq", seq)
@@ -183,8 +271,8 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	fp, opID := req.Identity()
 	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: opID}
 	typ, data := g.firstEvent(req, fp, a.opID, a.reqSeq)
-	a.state = events.StateReady
-	if _, ok := data.(*events.Denied); ok {
+	a.state = events.StateAfter(typ)
+	if typ == events.TypeDenied {
 		a.state = events.StateDenied
 	}
 	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}
@@ -243,14 +331,24 @@ func subjectWorkspace(subject string) string {
 	return ws
 }
 
-// firstEvent is the op's first event for a valid request: decided when
-// policy allows it, denied otherwise. Either carries the request summary.
-func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
-	d := g.cfg.Policy.Decide(req)
-	if d.Outcome == policy.Allow && g.cfg.Tools != nil && !g.cfg.Tools[req.Tool] {
+// decide rules on a request under the policy and the control override in
+// force: a tool no executor serves is denied NO_EXECUTOR rather than left
+// to wait for ever.
+func (g *Gate) decide(req *events.Request, override policy.Mode) policy.Decision {
+	d := g.Policy().Decide(req, override)
+	if d.Outcome != policy.Deny && g.cfg.Tools != nil && !g.cfg.Tools[req.Tool] {
 		d.Outcome, d.Code = policy.Deny, events.CodeNoExecutor
 		d.Reason = "no executor serves tool " + req.Tool
 	}
+	return d
+}
+
+// firstEvent is the op's first event for a valid request: decided when
+// policy allows it, held when it waits for an approver, denied otherwise.
+// Each carries the request summary.
+func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
+	now := g.cfg.Clock()
+	d := g.decide(req, g.modes.override(req.Workspace, now))
 	sum := &events.Summary{
 		Fingerprint:    fingerprint,
 		Agent:          req.Agent,
@@ -261,10 +359,17 @@ func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq 
 		RequestSeq:     reqSeq,
 	}
 	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
-	if d.Outcome == policy.Allow {
-		return events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason}
+	switch d.Outcome {
+	case policy.Allow:
+		return events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason, Rule: d.Rule, Mode: string(d.Mode)}
+	case policy.Hold:
+		return events.TypeHeld, &events.Held{
+			OpHeader: hdr, Request: sum, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest,
+			ExpiresAt:  now.Add(g.Policy().HoldTTL()).UTC().Truncate(time.Millisecond),
+			PolicyHash: d.Hash, Reason: d.Reason, Rule: d.Rule, Mode: string(d.Mode),
+		}
 	}
-	return events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash}
+	return events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode)}
 }
 
 // existing answers a request whose op already exists: a retry, within the
@@ -275,7 +380,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 	if err != nil {
 		return events.Reply{}, err
 	}
-	if r, ok := events.OutcomeReply(last.Data); ok {
+	if r, ok := events.StatusReply(last.Data); ok {
 		r.Existing = true
 		return r, nil
 	}

@@ -23,7 +23,7 @@ import (
 // stream behind: completed, denied and rejected requests.
 func fill(t *testing.T, n *testenv.NATS, ops int) {
 	t.Helper()
-	a := testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]string{"locked": "locked"}}})
+	a := testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]policy.WorkspaceSpec{"locked": {Mode: "locked"}}}})
 	c, nc := testenv.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,7 +84,7 @@ func dump(t *testing.T, dir string) ([]*events.Op, uint64) {
 	var all []*events.Op
 	cursor := ""
 	for {
-		page, next, err := st.List(events.StateNew, cursor, 17)
+		page, next, err := st.List(events.StateNew, "", cursor, 17)
 		require.NoError(t, err)
 		all = append(all, page...)
 		if next == "" {
@@ -130,7 +130,7 @@ func TestRestartMidStreamMatchesUninterrupted(t *testing.T) {
 	require.NoError(t, err)
 	defer st.Close()
 	for state, count := range states {
-		ops, next, err := st.List(state, "", 1000)
+		ops, next, err := st.List(state, "", "", 1000)
 		require.NoError(t, err)
 		assert.Empty(t, next)
 		assert.Len(t, ops, count, state)
@@ -154,7 +154,7 @@ func TestForgedEventsAreSkipped(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()
 	require.NoError(t, p.WaitApplied(wctx, lastOpSeq(t, n)))
-	ops, _, err := st.List(events.StateCompleted, "", 10)
+	ops, _, err := st.List(events.StateCompleted, "", "", 10)
 	require.NoError(t, err)
 	require.NotEmpty(t, ops)
 	victim := ops[0]

@@ -84,7 +84,11 @@ func (q *query) ops(req micro.Request) {
 	if in.Limit == 0 {
 		in.Limit = events.DefaultPage
 	}
-	ops, next, err := q.st.List(state, in.Cursor, in.Limit)
+	if in.Workspace != "" && !events.ValidName(in.Workspace) {
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "workspace %q is not a valid name", in.Workspace))
+		return
+	}
+	ops, next, err := q.st.List(state, in.Workspace, in.Cursor, in.Limit)
 	if errors.Is(err, store.ErrBadCursor) {
 		respondError(req, events.Errorf(events.CodeInvalidQuery, "%v", err))
 		return

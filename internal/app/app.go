@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -45,9 +46,24 @@ type Config struct {
 	SyncAlways bool
 	// Streams configures the streams.
 	Streams streams.Config
-	// Policy is the policy spec; executors' classes fill in tools it does
-	// not name.
+	// PolicyFile, when set, is the policy (YAML or JSON), complete: a tool
+	// it does not name is destructive. Policy must then be empty.
+	// ReloadPolicy reads it again.
+	PolicyFile string
+	// Policy is the policy spec when there is no PolicyFile; executors'
+	// classes fill in tools it does not name.
 	Policy policy.Spec
+	// Auth makes the embedded server admit only the principals of
+	// DataDir/creds (created on first start) with their role's
+	// permissions, and Airlock connect as its own service principal; with
+	// an external NATS, Airlock connects with DataDir/creds/airlock.creds
+	// and records resolutions and controls by the principals listed there.
+	Auth bool
+	// HoldExpiryInterval is how often held ops are checked for expiry;
+	// zero for the default (1s).
+	HoldExpiryInterval time.Duration
+	// Clock tells the time for holds and controls; default time.Now.
+	Clock func() time.Time
 	// Executors are registered besides echo.
 	Executors []executor.Executor
 	// RemoteExecutors tells the gate that executors for other tools run in
@@ -90,7 +106,11 @@ type App struct {
 	// Store is the projection.
 	Store *store.Store
 
-	policy *policy.Policy
+	// Authority is the principals of DataDir when Auth is on.
+	Authority *authority.Set
+
+	cfg    Config
+	gate   *gate.Gate
 	cancel context.CancelFunc
 	group  *errgroup.Group
 	svc    interface{ Stop() error }
@@ -114,7 +134,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("app: data dir: %w", err)
 	}
-	a := &App{done: make(chan struct{})}
+	a := &App{done: make(chan struct{}), cfg: cfg}
 	if err := a.start(ctx, cfg); err != nil {
 		a.close()
 		return nil, err
@@ -125,10 +145,22 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 // start brings the parts up; on error the caller closes what it opened.
 func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1)}, cfg.NATSOptions...)
+	var users []*server.NkeyUser
+	if cfg.Auth {
+		if a.Authority, err = authority.Ensure(cfg.DataDir); err != nil {
+			return err
+		}
+		users = a.Authority.ServerUsers()
+		opt, err := authority.ConnectOption(a.Authority.CredsPath(authority.ServiceName))
+		if err != nil {
+			return err
+		}
+		opts = append(opts, opt)
+	}
 	if cfg.NATSURL == "" {
 		a.Server, err = natsrv.Start(natsrv.Config{
 			DataDir: cfg.DataDir, Listen: cfg.Listen, Monitor: cfg.Monitor,
-			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger,
+			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger, Users: users,
 		})
 		if err != nil {
 			return err
@@ -154,13 +186,10 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	spec := cfg.Policy
-	tools := reg.Classes()
-	for t, c := range spec.Tools {
-		tools[t] = c // the policy file wins over an executor's own class
+	pol, source, err := loadPolicy(cfg, reg)
+	if err != nil {
+		return err
 	}
-	spec.Tools = tools
-	a.policy = policy.New(spec)
 	served := map[string]bool{}
 	for _, t := range reg.Tools() {
 		served[t] = true
@@ -168,7 +197,19 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if cfg.RemoteExecutors {
 		served = nil
 	}
-	g, err := gate.New(gate.Config{Conn: a.Conn, JetStream: a.JetStream, Policy: a.policy, Tools: served, Logger: cfg.Logger})
+	gcfg := gate.Config{
+		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
+		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger,
+	}
+	if a.Authority != nil {
+		gcfg.Principals = a.principal
+	}
+	if a.gate, err = gate.New(gcfg); err != nil {
+		return err
+	}
+	expirer, err := projector.NewExpirer(projector.ExpirerConfig{
+		JetStream: a.JetStream, Store: a.Store, Interval: cfg.HoldExpiryInterval, Clock: cfg.Clock, Logger: cfg.Logger,
+	})
 	if err != nil {
 		return err
 	}
@@ -192,12 +233,20 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp, gctx := errgroup.WithContext(rctx)
 	a.group = grp
 	grp.Go(func() error { return named("projector", a.Projector.Run(gctx)) })
-	grp.Go(func() error { return named("gate", g.Run(gctx)) })
+	grp.Go(func() error { return named("gate", a.gate.Run(gctx)) })
+	grp.Go(func() error { return named("expirer", expirer.Run(gctx)) })
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	go func() {
 		a.err = grp.Wait()
 		close(a.done)
 	}()
+	select {
+	case <-a.gate.Ready():
+	case <-a.done:
+		return fmt.Errorf("app: gate: %w", a.err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "tools", reg.Tools())
 	return nil
 }
@@ -210,7 +259,54 @@ func named(part string, err error) error {
 }
 
 // PolicyHash names the policy the gate decides with.
-func (a *App) PolicyHash() string { return a.policy.Hash() }
+func (a *App) PolicyHash() string { return a.gate.Policy().Hash() }
+
+// Policy is the policy the gate decides with.
+func (a *App) Policy() *policy.Policy { return a.gate.Policy() }
+
+// ReloadPolicy reads Config.PolicyFile again and, when it is valid, makes
+// it the policy of every decision from now on, recording the change as a
+// policy.loaded event. An invalid file changes nothing and is an error.
+func (a *App) ReloadPolicy(ctx context.Context) error {
+	if a.cfg.PolicyFile == "" {
+		return errors.New("app: no policy file to reload")
+	}
+	p, err := policy.Load(a.cfg.PolicyFile)
+	if err != nil {
+		return err
+	}
+	return a.gate.SetPolicy(ctx, p, a.cfg.PolicyFile)
+}
+
+// loadPolicy builds the policy the gate starts with, and says where it
+// came from.
+func loadPolicy(cfg Config, reg *executor.Registry) (*policy.Policy, string, error) {
+	if cfg.PolicyFile != "" {
+		spec := cfg.Policy
+		if len(spec.Tools) > 0 || spec.DefaultMode != "" || len(spec.Workspaces) > 0 || len(spec.Rules) > 0 || spec.HoldTTL != "" {
+			return nil, "", errors.New("app: a policy file and a policy spec exclude each other")
+		}
+		p, err := policy.Load(cfg.PolicyFile)
+		return p, cfg.PolicyFile, err
+	}
+	spec := cfg.Policy
+	tools := reg.Classes()
+	for t, c := range spec.Tools {
+		tools[t] = c // the spec wins over an executor's own class
+	}
+	spec.Tools = tools
+	p, err := policy.New(spec)
+	return p, "built-in", err
+}
+
+// principal looks a command's principal up in the authority.
+func (a *App) principal(name string) (gate.Principal, bool) {
+	p, ok := a.Authority.Lookup(name)
+	if !ok {
+		return gate.Principal{}, false
+	}
+	return gate.Principal{Name: p.Name, Role: string(p.Role), Key: p.PublicKey}, true
+}
 
 // Done is closed when a part stopped on its own (an error) or after
 // Shutdown.

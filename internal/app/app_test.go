@@ -83,7 +83,7 @@ func TestResultStoredAsDigested(t *testing.T) {
 	var op *events.Op
 	require.Eventually(t, func() bool {
 		op, err = c.Op(ctx, out.OpID)
-		return err == nil
+		return err == nil && op.State == events.StateCompleted
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, events.Digest(op.Result), op.ResultDigest)
 	assert.Equal(t, string(out.Result), string(op.Result))

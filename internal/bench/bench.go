@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/natsrv"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
@@ -33,6 +34,9 @@ type Config struct {
 	Dir string
 	// SyncAlways fsyncs every write, as `serve --fsync always` does.
 	SyncAlways bool
+	// Holds is the number of held ops granted in the hold phase, after
+	// the pipeline phase; default 200, -1 for none.
+	Holds int
 	// Progress, when set, is called after each completed op.
 	Progress func(done int)
 }
@@ -53,6 +57,11 @@ type Result struct {
 	P99MS      float64 `json:"p99_ms"`
 	Completed  int     `json:"completed"`
 	SyncAlways bool    `json:"sync_always"`
+	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
+	// grant-to-completed latency.
+	Holds     int     `json:"holds"`
+	HoldP50MS float64 `json:"hold_p50_ms"`
+	HoldP99MS float64 `json:"hold_p99_ms"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -64,6 +73,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 512
+	}
+	if cfg.Holds == 0 {
+		cfg.Holds = 200
 	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
@@ -91,11 +103,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // pipeline runs cfg.Ops echo ops through a whole Airlock and returns how
 // many messages, and bytes, the streams took.
 func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64, err error) {
-	a, err := app.Start(ctx, app.Config{DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet()})
+	a, err := app.Start(ctx, app.Config{
+		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(),
+		Policy: policy.Spec{
+			// echo writes here, so that it is held in the hold phase's
+			// confirm workspace; it runs at once in the auto one.
+			Tools:      map[string]string{"echo": string(policy.ClassWrite)},
+			Workspaces: map[string]policy.WorkspaceSpec{holdWorkspace: {Mode: string(policy.ModeConfirm)}},
+		},
+	})
 	if err != nil {
 		return 0, 0, err
 	}
 	defer a.Shutdown(context.WithoutCancel(ctx))
+	baseMsgs, baseBytes, err := stored(ctx, a.JetStream)
+	if err != nil {
+		return 0, 0, err
+	}
 	nc, err := nats.Connect("", nats.InProcessServer(a.Server))
 	if err != nil {
 		return 0, 0, err
@@ -152,8 +176,21 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	slices.Sort(lat)
 	res.P50MS = ms(lat[len(lat)/2])
 	res.P99MS = ms(lat[len(lat)*99/100])
+	if msgs, bytes, err = stored(ctx, a.JetStream); err != nil {
+		return 0, 0, err
+	}
+	if cfg.Holds > 0 {
+		if err := holds(ctx, cfg, a, c, res); err != nil {
+			return 0, 0, fmt.Errorf("holds: %w", err)
+		}
+	}
+	return msgs - baseMsgs, bytes - baseBytes, nil
+}
+
+// stored counts the messages and bytes both streams hold.
+func stored(ctx context.Context, js jetstream.JetStream) (msgs, bytes uint64, err error) {
 	for _, name := range []string{streams.Requests, streams.Ops} {
-		st, err := a.JetStream.Stream(ctx, name)
+		st, err := js.Stream(ctx, name)
 		if err != nil {
 			return 0, 0, err
 		}

@@ -14,7 +14,7 @@ import (
 func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Dir: t.TempDir()})
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Dir: t.TempDir()})
 	require.NoError(t, err)
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
@@ -25,4 +25,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.RawMsgsPerS, 0.0)
 	assert.InDelta(t, res.OpsPerS*res.MsgsPerOp/res.RawMsgsPerS, res.Efficiency, 1e-9)
 	assert.LessOrEqual(t, res.P50MS, res.P99MS)
+	assert.Equal(t, 20, res.Holds)
+	assert.Greater(t, res.HoldP50MS, 0.0)
+	assert.LessOrEqual(t, res.HoldP50MS, res.HoldP99MS)
 }

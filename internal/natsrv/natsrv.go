@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 )
 
 // MaxPayload is the largest message the embedded server accepts. It is
@@ -39,12 +40,23 @@ type Config struct {
 	SyncInterval time.Duration
 	// Logger receives the server's log at Debug and above; nil for none.
 	Logger *slog.Logger
+	// Users are the nkey users the server admits, with their permissions
+	// (internal/authority's Set.ServerUsers). When there are any, every
+	// client, in-process ones too, must authenticate as one of them; when
+	// there are none, any client may connect and do anything.
+	Users []*server.NkeyUser
 }
 
 // Start starts the server and waits until it accepts connections.
 func Start(cfg Config) (*server.Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("natsrv: DataDir is required")
+	}
+	for i, u := range cfg.Users {
+		// The server would take a bad key and admit no one with it.
+		if u == nil || !nkeys.IsValidPublicUserKey(u.Nkey) {
+			return nil, fmt.Errorf("natsrv: user %d: not an nkey user public key", i)
+		}
 	}
 	opts := &server.Options{
 		ServerName:   "airlock",
@@ -55,6 +67,7 @@ func Start(cfg Config) (*server.Server, error) {
 		SyncInterval: cfg.SyncInterval,
 		NoSigs:       true,
 		DontListen:   cfg.Listen == "",
+		Nkeys:        cfg.Users,
 	}
 	if cfg.Listen != "" {
 		host, port, err := splitHostPort(cfg.Listen)

@@ -37,6 +37,8 @@ type Event struct {
 	ID   string // ce-id
 	Seq  uint64 // stream sequence
 	Data any    // the *T of events.DecodeData
+	// Subject is the subject it was appended on.
+	Subject string
 	// Header is the stored message's header.
 	Header nats.Header
 }
@@ -191,6 +193,12 @@ func Last(ctx context.Context, stream jetstream.Stream, ws, op string) (*Event, 
 	return lastMatching(ctx, stream, events.OpFilter(ws, op))
 }
 
+// LastOf returns the op's newest event of type t, or an error wrapping
+// ErrEmpty when it has none.
+func LastOf(ctx context.Context, stream jetstream.Stream, op Op, t events.Type) (*Event, error) {
+	return lastMatching(ctx, stream, events.OpEventSubject(op.Workspace, op.ID, op.Tool, t))
+}
+
 func lastMatching(ctx context.Context, stream jetstream.Stream, filter string) (*Event, error) {
 	raw, err := stream.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -208,5 +216,5 @@ func Decode(raw *jetstream.RawStreamMsg) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event %d on %s: %w", raw.Sequence, raw.Subject, err)
 	}
-	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data, Header: raw.Header}, nil
+	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data, Header: raw.Header, Subject: raw.Subject}, nil
 }

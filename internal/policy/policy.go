@@ -1,13 +1,12 @@
-// Package policy decides whether a request runs now or never: a capability
-// class per tool and a permission mode per workspace. The decision names the
-// policy it came from by hash.
 package policy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"sort"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-dev/airlock/events"
 )
@@ -33,80 +32,220 @@ func ParseClass(s string) Class {
 	return ClassDestructive
 }
 
-// Mode is a workspace's permission mode.
+func validClass(s string) bool { return ParseClass(s) == Class(s) }
+
+// Mode is a permission mode.
 type Mode string
 
 // Permission modes.
 const (
 	// ModeAuto runs every class but destructive at once.
 	ModeAuto Mode = "auto"
-	// ModeLocked runs only read tools.
+	// ModeConfirm runs read tools at once and holds every other class for
+	// an approver (destructive stays denied unless a rule says otherwise).
+	ModeConfirm Mode = "confirm"
+	// ModeLocked runs only read tools; no rule overrides it.
 	ModeLocked Mode = "locked"
 )
 
 // ParseMode returns the mode named s; anything that does not parse is
 // locked, so a corrupt mode fails closed.
 func ParseMode(s string) Mode {
-	if m := Mode(s); m == ModeAuto || m == ModeLocked {
+	if m := Mode(s); ValidMode(s) {
 		return m
 	}
 	return ModeLocked
 }
 
-// Policy is immutable once built; it is safe for concurrent use.
-type Policy struct {
-	tools       map[string]Class
-	defaultMode Mode
-	workspaces  map[string]Mode
-	hash        string
+// ValidMode reports whether s names a mode.
+func ValidMode(s string) bool {
+	switch Mode(s) {
+	case ModeAuto, ModeConfirm, ModeLocked:
+		return true
+	}
+	return false
 }
 
-// Spec is the serialisable form of a policy.
+// Spec is the serialisable form of a policy: the shape of a policy file.
 type Spec struct {
 	// Tools maps a tool name to its class; unknown tools are destructive.
-	Tools map[string]string `json:"tools"`
+	Tools map[string]string `json:"tools,omitempty" yaml:"tools"`
 	// DefaultMode applies to workspaces not listed; empty means auto.
-	DefaultMode string `json:"default_mode,omitempty"`
-	// Workspaces maps a workspace to its mode.
-	Workspaces map[string]string `json:"workspaces,omitempty"`
+	DefaultMode string `json:"default_mode,omitempty" yaml:"default_mode"`
+	// Workspaces configures workspaces by name.
+	Workspaces map[string]WorkspaceSpec `json:"workspaces,omitempty" yaml:"workspaces"`
+	// Rules are evaluated in order; the first that matches decides.
+	Rules []RuleSpec `json:"rules,omitempty" yaml:"rules"`
+	// HoldTTL is how long a hold waits (Go duration); empty for
+	// DefaultHoldTTL.
+	HoldTTL string `json:"hold_ttl,omitempty" yaml:"hold_ttl"`
 }
 
-// New builds a policy from spec. Modes and classes that do not parse fail
-// closed (locked, destructive).
-func New(spec Spec) *Policy {
-	p := &Policy{tools: map[string]Class{}, workspaces: map[string]Mode{}, defaultMode: ModeAuto}
-	for t, c := range spec.Tools {
-		p.tools[t] = ParseClass(c)
+// WorkspaceSpec configures one workspace.
+type WorkspaceSpec struct {
+	// Mode is the workspace's permission mode; empty for the default mode.
+	Mode string `json:"mode,omitempty" yaml:"mode"`
+	// Root is the directory tools of the workspace work under.
+	Root string `json:"root,omitempty" yaml:"root"`
+	// Agents overrides the mode for named agents.
+	Agents map[string]string `json:"agents,omitempty" yaml:"agents"`
+}
+
+// RuleSpec is one rule: when its CEL expression is true, its action
+// decides.
+type RuleSpec struct {
+	Name   string `json:"name" yaml:"name"`
+	When   string `json:"when" yaml:"when"`
+	Action string `json:"action" yaml:"action"`
+	Reason string `json:"reason,omitempty" yaml:"reason"`
+}
+
+func (s Spec) clone() Spec {
+	c := s
+	c.Tools = maps.Clone(s.Tools)
+	c.Rules = slices.Clone(s.Rules)
+	if s.Workspaces != nil {
+		c.Workspaces = make(map[string]WorkspaceSpec, len(s.Workspaces))
+		for n, w := range s.Workspaces {
+			w.Agents = maps.Clone(w.Agents)
+			c.Workspaces[n] = w
+		}
 	}
-	if spec.DefaultMode != "" {
-		p.defaultMode = ParseMode(spec.DefaultMode)
+	return c
+}
+
+type workspace struct {
+	mode   Mode
+	root   string
+	agents map[string]Mode
+}
+
+// Policy is immutable once built; it is safe for concurrent use.
+type Policy struct {
+	spec        Spec
+	tools       map[string]Class
+	defaultMode Mode
+	workspaces  map[string]workspace
+	rules       []rule
+	holdTTL     time.Duration
+	hash        string
+	warnings    []string
+}
+
+// New builds a policy from spec, which it copies. Modes and classes that
+// do not parse fail closed (locked, destructive) and add a warning; an
+// invalid name, a hold_ttl out of range, a rule that breaks a limit or does
+// not compile is an error.
+func New(spec Spec) (*Policy, error) {
+	p, err := build(spec)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
 	}
-	for ws, m := range spec.Workspaces {
-		p.workspaces[ws] = ParseMode(m)
+	return p, nil
+}
+
+// MustNew is New for specs known to be valid; it panics otherwise.
+func MustNew(spec Spec) *Policy {
+	p, err := New(spec)
+	if err != nil {
+		panic(err)
 	}
-	p.hash = p.computeHash()
 	return p
 }
 
-// computeHash is the SHA-256 of the canonical JSON of the parsed policy, so
-// two specs that mean the same thing share a hash.
-func (p *Policy) computeHash() string {
-	norm := struct {
-		Tools       map[string]Class `json:"tools"`
-		DefaultMode Mode             `json:"default_mode"`
-		Workspaces  map[string]Mode  `json:"workspaces"`
-	}{p.tools, p.defaultMode, p.workspaces}
-	raw, _ := json.Marshal(norm)
-	canon, err := events.Canonical(raw)
-	if err != nil {
-		canon = raw
+const namePatternText = "[a-z0-9][a-z0-9_-]{0,63}"
+
+// build is New without the "policy: " prefix on errors.
+func build(spec Spec) (*Policy, error) {
+	spec = spec.clone()
+	p := &Policy{
+		spec:        spec,
+		tools:       make(map[string]Class, len(spec.Tools)),
+		workspaces:  make(map[string]workspace, len(spec.Workspaces)),
+		defaultMode: ModeAuto,
+		holdTTL:     DefaultHoldTTL,
 	}
-	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	for _, t := range slices.Sorted(maps.Keys(spec.Tools)) {
+		if !events.ValidName(t) {
+			return nil, fmt.Errorf("tools: tool name %q must match %s", truncate(t, 80), namePatternText)
+		}
+		c := spec.Tools[t]
+		if !validClass(c) {
+			p.warnf("tools.%s: class %q is not read, write, exec, network or destructive; the tool is treated as destructive", t, truncate(c, 80))
+		}
+		p.tools[t] = ParseClass(c)
+	}
+	if spec.DefaultMode != "" {
+		p.defaultMode = p.parseMode("default_mode", spec.DefaultMode)
+	}
+	for _, name := range slices.Sorted(maps.Keys(spec.Workspaces)) {
+		w := spec.Workspaces[name]
+		if !events.ValidName(name) {
+			return nil, fmt.Errorf("workspaces: workspace name %q must match %s", truncate(name, 80), namePatternText)
+		}
+		if len(w.Root) > MaxRootBytes {
+			return nil, fmt.Errorf("workspaces.%s.root is %d bytes, limit %d", name, len(w.Root), MaxRootBytes)
+		}
+		if strings.IndexByte(w.Root, 0) >= 0 || !utf8.ValidString(w.Root) {
+			return nil, fmt.Errorf("workspaces.%s.root must be UTF-8 text without NUL bytes", name)
+		}
+		ws := workspace{mode: p.defaultMode, root: w.Root, agents: make(map[string]Mode, len(w.Agents))}
+		if w.Mode != "" {
+			ws.mode = p.parseMode("workspaces."+name+".mode", w.Mode)
+		}
+		for _, a := range slices.Sorted(maps.Keys(w.Agents)) {
+			if !events.ValidName(a) {
+				return nil, fmt.Errorf("workspaces.%s.agents: agent name %q must match %s", name, truncate(a, 80), namePatternText)
+			}
+			ws.agents[a] = p.parseMode("workspaces."+name+".agents."+a, w.Agents[a])
+		}
+		p.workspaces[name] = ws
+	}
+	if spec.HoldTTL != "" {
+		d, err := time.ParseDuration(spec.HoldTTL)
+		if err != nil || d < MinHoldTTL || d > MaxHoldTTL {
+			return nil, fmt.Errorf("hold_ttl %q: want a duration from %s to %s, such as 15m", truncate(spec.HoldTTL, 80), MinHoldTTL, MaxHoldTTL)
+		}
+		p.holdTTL = d
+	}
+	rules, err := compileRules(spec.Rules)
+	if err != nil {
+		return nil, err
+	}
+	p.rules = rules
+	if p.hash, err = p.computeHash(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
-// Hash names the policy on every decision.
+// parseMode parses a mode at path, warning when it does not parse.
+func (p *Policy) parseMode(path, s string) Mode {
+	if !ValidMode(s) {
+		p.warnf("%s: mode %q is not auto, confirm or locked; it is treated as locked", path, truncate(s, 80))
+	}
+	return ParseMode(s)
+}
+
+func (p *Policy) warnf(format string, args ...any) {
+	p.warnings = append(p.warnings, fmt.Sprintf(format, args...))
+}
+
+// Hash names the policy on every decision: "sha256:" and the hex SHA-256
+// of the canonical JSON of the parsed policy.
 func (p *Policy) Hash() string { return p.hash }
+
+// HoldTTL is how long a hold waits for an approver.
+func (p *Policy) HoldTTL() time.Duration { return p.holdTTL }
+
+// Spec returns a deep copy of the spec the policy was built from; the
+// caller owns it.
+func (p *Policy) Spec() Spec { return p.spec.clone() }
+
+// Warnings lists, one human-readable line each, the classes and modes that
+// did not parse and were replaced by destructive and locked. The caller
+// owns the slice; it is empty for a clean policy.
+func (p *Policy) Warnings() []string { return slices.Clone(p.warnings) }
 
 // Class returns the class of a tool.
 func (p *Policy) Class(tool string) Class {
@@ -116,56 +255,21 @@ func (p *Policy) Class(tool string) Class {
 	return ClassDestructive
 }
 
-// Mode returns the mode of a workspace.
-func (p *Policy) Mode(ws string) Mode {
-	if m, ok := p.workspaces[ws]; ok {
+// Mode returns the mode of an agent in a workspace.
+func (p *Policy) Mode(ws, agent string) Mode {
+	w, ok := p.workspaces[ws]
+	if !ok {
+		return p.defaultMode
+	}
+	if m, ok := w.agents[agent]; ok {
 		return m
 	}
-	return p.defaultMode
+	return w.mode
 }
 
-// Tools lists the tools the policy names, sorted.
-func (p *Policy) Tools() []string {
-	out := make([]string, 0, len(p.tools))
-	for t := range p.tools {
-		out = append(out, t)
-	}
-	sort.Strings(out)
-	return out
-}
+// Root returns the workspace's root directory, or "".
+func (p *Policy) Root(ws string) string { return p.workspaces[ws].root }
 
-// Outcome is what a decision says.
-type Outcome string
-
-// Decision outcomes. Hold arrives with approvals.
-const (
-	Allow Outcome = "allow"
-	Deny  Outcome = "deny"
-)
-
-// Decision is the verdict on one request.
-type Decision struct {
-	Outcome Outcome
-	Class   Class
-	Code    events.Code // set when denied
-	Reason  string
-	Hash    string
-}
-
-// Decide rules on a validated request.
-func (p *Policy) Decide(r *events.Request) Decision {
-	class := p.Class(r.Tool)
-	d := Decision{Class: class, Hash: p.hash}
-	switch mode := p.Mode(r.Workspace); {
-	case mode == ModeLocked && class != ClassRead:
-		d.Outcome, d.Code = Deny, events.CodeWorkspaceLocked
-		d.Reason = "workspace " + r.Workspace + " is locked: only read tools run"
-	case class == ClassDestructive:
-		d.Outcome, d.Code = Deny, events.CodeCapabilityDenied
-		d.Reason = "tool " + r.Tool + " is destructive (or unknown to the policy) and does not run in mode " + string(mode)
-	default:
-		d.Outcome = Allow
-		d.Reason = string(class) + " tool allowed in mode " + string(mode)
-	}
-	return d
-}
+// Tools lists the tools the policy names, sorted. The caller owns the
+// slice.
+func (p *Policy) Tools() []string { return slices.Sorted(maps.Keys(p.tools)) }

@@ -102,9 +102,10 @@ func (s *Store) Op(id string) (*events.Op, error) {
 }
 
 // List returns up to limit ops in creation order, of one state or of every
-// state when state is StateNew, starting after the cursor a previous call
-// returned ("" for the first page). next is "" on the last page.
-func (s *Store) List(state events.State, cursor string, limit int) (ops []*events.Op, next string, err error) {
+// state when state is StateNew, of one workspace or of all when ws is "",
+// starting after the cursor a previous call returned ("" for the first
+// page). next is "" on the last page.
+func (s *Store) List(state events.State, ws string, cursor string, limit int) (ops []*events.Op, next string, err error) {
 	if limit <= 0 || limit > MaxPage {
 		limit = MaxPage
 	}
@@ -137,8 +138,11 @@ func (s *Store) List(state events.State, cursor string, limit int) (ops []*event
 		if err != nil {
 			return nil, "", err
 		}
-		ops = append(ops, op)
 		last = append(last[:0], rest...)
+		if ws != "" && op.Workspace != ws {
+			continue
+		}
+		ops = append(ops, op)
 	}
 	return ops, next, it.Error()
 }

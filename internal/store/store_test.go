@@ -64,7 +64,7 @@ func TestBatchesSurviveReopen(t *testing.T) {
 	assert.ErrorIs(t, err, store.ErrNotFound)
 
 	count := func(s events.State) int {
-		ops, next, err := st.List(s, "", store.MaxPage)
+		ops, next, err := st.List(s, "", "", store.MaxPage)
 		require.NoError(t, err)
 		assert.Empty(t, next)
 		return len(ops)
@@ -78,7 +78,7 @@ func TestBatchesSurviveReopen(t *testing.T) {
 	var ids []string
 	cursor := ""
 	for {
-		page, next, err := st.List(events.StateNew, cursor, 3)
+		page, next, err := st.List(events.StateNew, "", cursor, 3)
 		require.NoError(t, err)
 		for _, op := range page {
 			ids = append(ids, op.ID)
@@ -94,7 +94,7 @@ func TestBatchesSurviveReopen(t *testing.T) {
 	}
 	assert.Equal(t, want, ids)
 
-	_, _, err = st.List(events.StateNew, "not-hex", 3)
+	_, _, err = st.List(events.StateNew, "", "not-hex", 3)
 	assert.ErrorIs(t, err, store.ErrBadCursor)
 }
 
@@ -130,11 +130,11 @@ func TestLiveCacheStaysCurrentWhenFull(t *testing.T) {
 		require.NoError(t, b.Commit(false))
 		seq++
 	}
-	ops, _, err := st.List(events.StateCompleted, "", 10)
+	ops, _, err := st.List(events.StateCompleted, "", "", 10)
 	require.NoError(t, err)
 	assert.Len(t, ops, 4)
 	for _, s := range []events.State{events.StateReady, events.StateExecuting} {
-		ops, _, err := st.List(s, "", 10)
+		ops, _, err := st.List(s, "", "", 10)
 		require.NoError(t, err)
 		assert.Empty(t, ops, s)
 	}

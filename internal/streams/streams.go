@@ -24,6 +24,8 @@ const (
 	Ops = "AIRLOCK_OPS"
 	// GateConsumer is the gate's durable consumer of requests.
 	GateConsumer = "airlock-gate"
+	// ResumeConsumer is the gate's durable consumer of granted events.
+	ResumeConsumer = "airlock-resume"
 	// MaxMsgBytes bounds one message in either stream.
 	MaxMsgBytes = 2 << 20
 )
@@ -81,8 +83,8 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	return jetstream.StreamConfig{
 		Name:        Ops,
-		Description: "Airlock op transitions and rejections",
-		Subjects:    []string{events.OpSubjects, events.RejectedSubjects},
+		Description: "Airlock op transitions, rejections, controls and policy changes",
+		Subjects:    []string{events.OpSubjects, events.RejectedSubjects, events.SysSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     storage(c),
 		Replicas:    c.Replicas,

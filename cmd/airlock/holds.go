@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/spf13/cobra"
+)
+
+func newHolds(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "holds", Short: "List, show, grant and deny holds (as an approver)"}
+	cmd.AddCommand(newHoldsList(g), newHoldsShow(g), newHoldsResolve(g, events.DecisionGrant), newHoldsResolve(g, events.DecisionDeny))
+	return cmd
+}
+
+// approver connects as the approver principal --creds (or the default
+// approver credential) names.
+func (g *globals) approver() (*producers.Approver, func(), error) {
+	nc, err := g.connect("approver")
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := producers.NewApprover(nc, principal(g.credsFor("approver"), "approver"))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return a, nc.Close, nil
+}
+
+func newHoldsList(g *globals) *cobra.Command {
+	var (
+		ws     string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--ws W]",
+		Short: "List pending holds, oldest first",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ws != "" && !events.ValidName(ws) {
+				return usageError("--ws %q is not a valid workspace name", ws)
+			}
+			a, done, err := g.approver()
+			if err != nil {
+				return err
+			}
+			defer done()
+			ops, err := a.ListHolds(cmd.Context(), ws)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				if ops == nil {
+					ops = []*events.Op{}
+				}
+				printJSON(w, ops)
+				return nil
+			}
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOLD\tWORKSPACE\tAGENT\tTOOL\tEXPIRES\tREASON")
+			for _, op := range ops {
+				exp := ""
+				if op.HoldExpiresAt != nil {
+					exp = op.HoldExpiresAt.Format(time.RFC3339)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", op.HoldID, op.Workspace, op.Agent, op.Tool, exp, op.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&ws, "ws", "", "only holds of this workspace")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of held ops")
+	return cmd
+}
+
+func newHoldsShow(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show HOLD",
+		Short: "Show a hold: the op, the args digest a grant must name, the expiry",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, ok := events.OpOfHold(args[0]); !ok {
+				return usageError("%q is not a hold id (hold_<32 hex>)", args[0])
+			}
+			a, done, err := g.approver()
+			if err != nil {
+				return err
+			}
+			defer done()
+			op, err := a.Hold(cmd.Context(), args[0])
+			if err != nil {
+				return commandFailed(cmd, err, asJSON)
+			}
+			if asJSON {
+				printJSON(cmd.OutOrStdout(), op)
+				return nil
+			}
+			return printOp(cmd.OutOrStdout(), op)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the op as JSON")
+	return cmd
+}
+
+func newHoldsResolve(g *globals, decision events.Decision) *cobra.Command {
+	var (
+		reason, digest string
+		asJSON         bool
+	)
+	verb := string(decision)
+	cmd := &cobra.Command{
+		Use:   verb + " HOLD --reason R [--digest sha256:...]",
+		Short: map[events.Decision]string{events.DecisionGrant: "Grant a hold: the op is decided again under the policy in force and runs once", events.DecisionDeny: "Deny a hold: the op ends denied and never runs"}[decision],
+		Long: `The resolution names the args digest it covers. Without --digest the
+digest of the hold as it stands is used (and printed); with --digest, the
+resolution is refused (GRANT_DIGEST_MISMATCH) unless the hold covers exactly
+those args. Exit status: 0 resolved, 1 refused or an error, 2 usage.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			holdID := args[0]
+			opID, ok := events.OpOfHold(holdID)
+			if !ok {
+				return usageError("%q is not a hold id (hold_<32 hex>)", holdID)
+			}
+			if reason == "" {
+				return usageError("--reason is required")
+			}
+			a, done, err := g.approver()
+			if err != nil {
+				return err
+			}
+			defer done()
+			op, err := a.Hold(cmd.Context(), holdID)
+			if err != nil {
+				return commandFailed(cmd, err, asJSON)
+			}
+			if digest == "" {
+				digest = op.ArgsDigest
+			}
+			r, err := a.Resolve(cmd.Context(), op.Workspace, events.Resolution{HoldID: holdID, ArgsDigest: digest, Decision: decision, Reason: reason})
+			if err != nil {
+				return commandFailed(cmd, err, asJSON)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(w, map[string]any{"op_id": opID, "hold_id": holdID, "args_digest": digest, "decision": decision, "state": r.State, "existing": r.Existing})
+				return nil
+			}
+			again := ""
+			if r.Existing {
+				again = " (already, by you)"
+			}
+			fmt.Fprintf(w, "%s %sed%s: op %s %s (args %s)\n", holdID, verb, again, opID, r.State, digest)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the resolution)")
+	cmd.Flags().StringVar(&digest, "digest", "", "the args digest the resolution covers (default: the hold's)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// commandFailed prints a refused command's code and returns exit 1.
+func commandFailed(cmd *cobra.Command, err error, asJSON bool) error {
+	code := events.CodeOf(err)
+	if asJSON {
+		printJSON(cmd.OutOrStdout(), map[string]any{"error_code": code, "error": err.Error()})
+		return &exitError{code: exitFailed}
+	}
+	return &exitError{code: exitFailed, err: err}
+}

@@ -1,0 +1,165 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/nats-io/nats.go"
+)
+
+// maxResolveRounds bounds how often one resolution re-reads the op after
+// losing a compare-and-swap. Each loss means the op moved on; the second
+// read sees where it went.
+const maxResolveRounds = 3
+
+// handleResolve answers an approver's grant or deny of a hold.
+func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
+	ws, who, perr := g.principal(m.Subject, RoleApprover)
+	if perr != nil {
+		g.respond(m, events.Reply{Code: perr.Code, Message: perr.Message})
+		return
+	}
+	res, err := events.ParseResolution(m.Data)
+	if err != nil {
+		e := err.(*events.Error)
+		g.respond(m, events.Reply{Code: e.Code, Message: e.Message})
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	defer cancel()
+	r, err := g.resolve(ctx, ws, who, res)
+	if err != nil {
+		g.cfg.Logger.Warn("resolution not settled", "ws", ws, "hold", res.HoldID, "err", err)
+		g.respond(m, events.Reply{Code: events.CodeUnavailable, Message: err.Error()})
+		return
+	}
+	g.respond(m, r)
+}
+
+// resolve applies one resolution to its hold with compare-and-swap on the
+// op: of two racing resolutions exactly one is appended, and the other is
+// told how the hold was resolved.
+func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *events.Resolution) (events.Reply, error) {
+	opID, _ := events.OpOfHold(res.HoldID)
+	refuse := func(code events.Code, format string, args ...any) (events.Reply, error) {
+		return events.Reply{OpID: opID, Code: code, Message: fmt.Sprintf(format, args...)}, nil
+	}
+	for round := 0; round < maxResolveRounds; round++ {
+		last, err := oplog.Last(ctx, g.ops, ws, opID)
+		if errors.Is(err, oplog.ErrEmpty) {
+			return refuse(events.CodeHoldNotFound, "no hold %s in workspace %s", res.HoldID, ws)
+		}
+		if err != nil {
+			return events.Reply{}, err
+		}
+		_, _, tool, _, _ := events.OpSubjectParts(last.Subject)
+		op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
+		heldEv, err := oplog.LastOf(ctx, g.ops, op, events.TypeHeld)
+		if errors.Is(err, oplog.ErrEmpty) {
+			return refuse(events.CodeHoldNotFound, "op %s was never held", opID)
+		}
+		if err != nil {
+			return events.Reply{}, err
+		}
+		held, ok := heldEv.Data.(*events.Held)
+		if !ok || held.HoldID != res.HoldID {
+			return refuse(events.CodeHoldNotFound, "op %s has no hold %s", opID, res.HoldID)
+		}
+		info := &events.HoldInfo{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, ExpiresAt: held.ExpiresAt, Reason: held.Reason}
+		if _, pending := last.Data.(*events.Held); !pending {
+			r, err := g.resolved(ctx, op, last, who, res)
+			r.Hold = info
+			return r, err
+		}
+		if !g.cfg.Clock().Before(held.ExpiresAt) {
+			// Fail closed: the hold is over whether or not the sweeper has
+			// marked it yet; mark it now.
+			_, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, last.Seq, events.TypeExpired, Source,
+				&events.Expired{OpHeader: held.OpHeader, HoldID: held.HoldID})
+			if oplog.IsConflict(err) {
+				continue
+			}
+			if err != nil {
+				return events.Reply{}, err
+			}
+			g.cfg.Logger.Info("hold expired", "op", opID, "ws", ws, "hold", held.HoldID)
+			r, _ := refuse(events.CodeHoldExpired, "hold %s expired at %s", held.HoldID, held.ExpiresAt.Format(timeFormat))
+			r.State, r.Hold = events.StateExpired, info
+			return r, nil
+		}
+		if res.ArgsDigest != held.ArgsDigest {
+			r, _ := refuse(events.CodeGrantDigestMismatch, "hold %s covers args %s, not %s", held.HoldID, held.ArgsDigest, res.ArgsDigest)
+			r.State, r.Hold = events.StateHeld, info
+			return r, nil
+		}
+		typ, data, state := g.resolution(held, who, res)
+		seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, last.Seq, typ, Source, data)
+		if oplog.IsConflict(err) {
+			continue // the op moved on: the next round says where
+		}
+		if err != nil {
+			return events.Reply{}, err
+		}
+		g.cfg.Logger.Info("hold resolved", "op", opID, "ws", ws, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
+		return events.Reply{OpID: opID, State: state, Hold: info}, nil
+	}
+	return events.Reply{}, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
+}
+
+// resolution is the event that applies res to held.
+func (g *Gate) resolution(held *events.Held, who Principal, res *events.Resolution) (events.Type, any, events.State) {
+	if res.Decision == events.DecisionGrant {
+		return events.TypeGranted, &events.Granted{
+			OpHeader: held.OpHeader, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest,
+			Approver: who.Name, ApproverKey: who.Key, Reason: res.Reason,
+		}, events.StateGranted
+	}
+	return events.TypeDenied, &events.Denied{
+		OpHeader: held.OpHeader, Code: events.CodeApprovalDenied, Reason: res.Reason,
+		Actor: who.Name, ActorKey: who.Key, HoldID: held.HoldID,
+	}, events.StateDenied
+}
+
+// resolved answers a resolution of a hold that is no longer pending. The
+// same approver sending the same resolution again (a retry after a lost
+// answer) is told it stands; anyone else gets HOLD_RESOLVED or
+// HOLD_EXPIRED.
+func (g *Gate) resolved(ctx context.Context, op oplog.Op, last *oplog.Event, who Principal, res *events.Resolution) (events.Reply, error) {
+	r := events.Reply{OpID: op.ID, State: events.StateAfter(last.Type)}
+	if or, ok := events.OutcomeReply(last.Data); ok {
+		r.State = or.State
+	}
+	if _, ok := last.Data.(*events.Expired); ok {
+		r.Code, r.Message = events.CodeHoldExpired, "hold "+res.HoldID+" expired unresolved"
+		return r, nil
+	}
+	var by string
+	var decision events.Decision
+	if gr, err := oplog.LastOf(ctx, g.ops, op, events.TypeGranted); err == nil {
+		if d, ok := gr.Data.(*events.Granted); ok {
+			by, decision = d.Approver, events.DecisionGrant
+		}
+	} else if !errors.Is(err, oplog.ErrEmpty) {
+		return events.Reply{}, err
+	}
+	if decision == "" {
+		if dn, ok := last.Data.(*events.Denied); ok && dn.Actor != "" {
+			by, decision = dn.Actor, events.DecisionDeny
+		}
+	}
+	if decision == res.Decision && by == who.Name {
+		r.Existing = true
+		return r, nil
+	}
+	r.Code = events.CodeHoldResolved
+	r.Message = fmt.Sprintf("hold %s is already resolved (op %s)", res.HoldID, r.State)
+	if decision != "" {
+		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, decision, by, r.State)
+	}
+	return r, nil
+}
+
+const timeFormat = "2006-01-02T15:04:05Z07:00"

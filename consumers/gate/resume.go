@@ -1,0 +1,131 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/pull"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// runResume consumes granted events: each granted op is decided afresh
+// against the policy and controls in force now. The granted event is the
+// work item, so a grant whose resume was interrupted is resumed after a
+// restart.
+func (g *Gate) runResume(ctx context.Context) error {
+	cons, err := g.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
+		Durable:       streams.ResumeConsumer,
+		Description:   "Airlock gate: granted holds to decisions",
+		FilterSubject: events.GrantedSubjects,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       g.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 256,
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gate: resume consumer: %w", err)
+	}
+	return pull.Batches(ctx, cons, pull.Config{Loops: 1, Max: 32, Heartbeat: g.cfg.AckWait / 3}, func(ctx context.Context, msgs []jetstream.Msg) {
+		for _, m := range msgs {
+			if err := g.resume(ctx, m); err != nil {
+				g.retry(m, "resume", err)
+				continue
+			}
+			_ = m.Ack()
+		}
+	})
+}
+
+// resume decides one granted op: decided (it runs) unless the policy or a
+// control in force now denies it, in which case it ends denied with
+// RESUME_DENIED and never runs. A grant answers a hold, so a rule that
+// would hold it again does not.
+func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	_, _, data, err := events.DecodeStored(m.Headers(), m.Data())
+	if err != nil {
+		g.cfg.Logger.Warn("granted event does not decode; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream, "err", err)
+		return nil
+	}
+	gr, ok := data.(*events.Granted)
+	ws, opID, tool, _, okSubj := events.OpSubjectParts(m.Subject())
+	if !ok || !okSubj || gr.OpID != opID || gr.Workspace != ws {
+		g.cfg.Logger.Warn("granted event on another op's subject; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	defer cancel()
+	op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
+	heldEv, err := oplog.LastOf(ctx, g.ops, op, events.TypeHeld)
+	if err != nil {
+		return err
+	}
+	held, ok := heldEv.Data.(*events.Held)
+	if !ok || held.Request == nil {
+		g.cfg.Logger.Warn("granted op has no held summary; skipped", "op", opID, "ws", ws)
+		return nil
+	}
+	typ, next := g.resumeEvent(ctx, op, gr, held)
+	if next == nil {
+		return errors.New("resume: request or controls unreadable")
+	}
+	seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, md.Sequence.Stream, typ, Source, next)
+	if oplog.IsConflict(err) {
+		last, lerr := oplog.Last(ctx, g.ops, ws, opID)
+		if lerr != nil {
+			return lerr
+		}
+		if last.Seq > md.Sequence.Stream {
+			return nil // resumed already, by an earlier delivery
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	g.cfg.Logger.Info("hold resumed", "op", opID, "ws", ws, "hold", gr.HoldID, "event_type", typ, "seq", seq)
+	return nil
+}
+
+// resumeEvent is the event that follows a grant; nil when what it depends
+// on could not be read (a transient failure: the grant is redelivered).
+func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted, held *events.Held) (events.Type, any) {
+	deny := func(code events.Code, reason, hash string, d policy.Decision) (events.Type, any) {
+		return events.TypeDenied, &events.Denied{
+			OpHeader: gr.OpHeader, Code: events.CodeResumeDenied, HoldID: gr.HoldID, PolicyHash: hash,
+			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
+		}
+	}
+	req, err := oplog.Request(ctx, g.reqs, held.Request.RequestSeq, op.ID)
+	if events.CodeOf(err) == events.CodeRequestUnavailable {
+		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
+	}
+	if err != nil {
+		g.cfg.Logger.Warn("resume: request", "op", op.ID, "err", err)
+		return "", nil
+	}
+	override, err := g.freshOverride(ctx, op.Workspace)
+	if err != nil {
+		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", err)
+		return "", nil
+	}
+	d := g.decide(req, override)
+	if d.Outcome == policy.Deny {
+		return deny(d.Code, d.Reason, d.Hash, d)
+	}
+	return events.TypeDecided, &events.Decided{
+		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),
+		Reason: "granted by " + gr.Approver + ": " + gr.Reason,
+	}
+}

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go"
+)
+
+// holdWorkspace is the confirm workspace of the hold phase.
+const holdWorkspace = "bench-holds"
+
+// holdConcurrency is how many holds are granted at once.
+const holdConcurrency = 16
+
+// holds submits cfg.Holds ops that the policy holds, grants each, and
+// measures from the grant to the completed outcome.
+func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res *Result) error {
+	nc, err := nats.Connect("", nats.InProcessServer(a.Server))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ap, err := producers.NewApprover(nc, "bench")
+	if err != nil {
+		return err
+	}
+	lat := make([]time.Duration, cfg.Holds)
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range holdConcurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= cfg.Holds || ctx.Err() != nil {
+					return
+				}
+				d, err := holdOnce(ctx, c, ap, i)
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				lat[i] = d
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	slices.Sort(lat)
+	res.Holds = cfg.Holds
+	res.HoldP50MS = ms(lat[len(lat)/2])
+	res.HoldP99MS = ms(lat[len(lat)*99/100])
+	return nil
+}
+
+// holdOnce runs one op through a hold and a grant, and returns the time
+// from sending the grant to seeing the op completed.
+func holdOnce(ctx context.Context, c *producers.Client, ap *producers.Approver, i int) (time.Duration, error) {
+	req := events.Request{
+		Workspace: holdWorkspace, Agent: "bench", Tool: "echo",
+		Args: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"held by the benchmark"}`, i)),
+	}
+	out, err := c.Submit(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	if !out.Held() {
+		return 0, fmt.Errorf("op %s is %s, not held", out.OpID, out.State)
+	}
+	t0 := time.Now()
+	res := events.Resolution{HoldID: out.HoldID, ArgsDigest: out.ArgsDigest, Decision: events.DecisionGrant, Reason: "benchmark"}
+	if _, err := ap.Resolve(ctx, holdWorkspace, res); err != nil {
+		return 0, err
+	}
+	done, err := c.Submit(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	if done.State != events.StateCompleted {
+		return 0, fmt.Errorf("op %s is %s after its grant", done.OpID, done.State)
+	}
+	return time.Since(t0), nil
+}

@@ -1,0 +1,44 @@
+package oplog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Request reads the request of op opID from the requests stream at seq and
+// checks that it is the op's: its fingerprint must derive opID. A request
+// that is gone, does not decode or is another op's is an *events.Error
+// with code REQUEST_UNAVAILABLE; other errors are transport trouble.
+func Request(ctx context.Context, requests jetstream.Stream, seq uint64, opID string) (*events.Request, error) {
+	raw, err := requests.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch request %d: %w", seq, err)
+	}
+	return ParseRequest(raw.Header, raw.Data, seq, opID)
+}
+
+// ParseRequest decodes the request message at seq and checks that it is the
+// request of op opID.
+func ParseRequest(h nats.Header, body []byte, seq uint64, opID string) (*events.Request, error) {
+	ev, err := events.Decode(h, body)
+	if err != nil {
+		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", seq, err)
+	}
+	data, err := events.DecodeData(ev)
+	if err != nil {
+		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", seq, err)
+	}
+	req, ok := data.(*events.Request)
+	if !ok || req.Validate() != nil || events.OpID(req.Fingerprint()) != opID {
+		return nil, events.Errorf(events.CodeRequestUnavailable, "message %d is not the request of %s", seq, opID)
+	}
+	return req, nil
+}

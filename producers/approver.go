@@ -1,0 +1,165 @@
+package producers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultCommandTimeout bounds a resolution or control when ctx has no
+// deadline.
+const DefaultCommandTimeout = 10 * time.Second
+
+// Approver resolves holds. It speaks for one principal: the one whose
+// credential the connection uses. The server lets that credential publish
+// only on subjects that carry its own name, and the gate records that
+// name (and the credential's key) on the resolution, so the principal
+// given here must be the credential's.
+type Approver struct {
+	nc        *nats.Conn
+	principal string
+	q         *Client
+}
+
+// NewApprover returns an approver for principal on nc, which the caller
+// owns.
+func NewApprover(nc *nats.Conn, principal string) (*Approver, error) {
+	if !events.ValidName(principal) {
+		return nil, fmt.Errorf("producers: principal %q is not a valid name", principal)
+	}
+	if nc == nil {
+		return nil, errors.New("producers: nil connection")
+	}
+	return &Approver{nc: nc, principal: principal, q: &Client{nc: nc}}, nil
+}
+
+// Hold returns the held (or once held) op a hold id names, from the
+// projection. An unknown hold is an *events.Error with code
+// HOLD_NOT_FOUND.
+func (a *Approver) Hold(ctx context.Context, holdID string) (*events.Op, error) {
+	opID, ok := events.OpOfHold(holdID)
+	if !ok {
+		return nil, events.Errorf(events.CodeInvalidResolution, "hold id %q is not of the form hold_<32 hex>", holdID)
+	}
+	op, err := a.q.Op(ctx, opID)
+	if errors.Is(err, &events.Error{Code: events.CodeNotFound}) || (err == nil && op.HoldID != holdID) {
+		return nil, events.Errorf(events.CodeHoldNotFound, "no hold %s", holdID)
+	}
+	return op, err
+}
+
+// ListHolds lists the pending holds, of one workspace or of all when ws is "",
+// oldest first.
+func (a *Approver) ListHolds(ctx context.Context, ws string) ([]*events.Op, error) {
+	return pendingHolds(ctx, a.q, ws)
+}
+
+func pendingHolds(ctx context.Context, c *Client, ws string) ([]*events.Op, error) {
+	var out []*events.Op
+	q := events.ListQuery{State: string(events.StateHeld), Workspace: ws, Limit: events.MaxPage}
+	for {
+		page, err := c.List(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Ops...)
+		if page.Next == "" {
+			return out, nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
+// Grant grants a hold: the op is decided again under the policy in force
+// and runs once unless that now denies it. argsDigest must be the digest
+// the hold covers. The hold's workspace is read from the projection.
+func (a *Approver) Grant(ctx context.Context, holdID, argsDigest, reason string) (events.Reply, error) {
+	return a.resolveHold(ctx, holdID, events.Resolution{HoldID: holdID, ArgsDigest: argsDigest, Decision: events.DecisionGrant, Reason: reason})
+}
+
+// Deny denies a hold: the op ends denied (APPROVAL_DENIED) and never runs.
+func (a *Approver) Deny(ctx context.Context, holdID, argsDigest, reason string) (events.Reply, error) {
+	return a.resolveHold(ctx, holdID, events.Resolution{HoldID: holdID, ArgsDigest: argsDigest, Decision: events.DecisionDeny, Reason: reason})
+}
+
+func (a *Approver) resolveHold(ctx context.Context, holdID string, res events.Resolution) (events.Reply, error) {
+	op, err := a.Hold(ctx, holdID)
+	if err != nil {
+		return events.Reply{}, err
+	}
+	return a.Resolve(ctx, op.Workspace, res)
+}
+
+// Resolve sends one resolution of a hold in workspace ws. A refusal
+// (HOLD_RESOLVED, HOLD_EXPIRED, GRANT_DIGEST_MISMATCH, ...) is an
+// *events.Error, returned with the reply that says where the op stands.
+// Sending the same resolution again is safe: the gate answers that it
+// stands (Reply.Existing).
+func (a *Approver) Resolve(ctx context.Context, ws string, res events.Resolution) (events.Reply, error) {
+	return command(ctx, a.nc, events.ResolveSubject(ws, a.principal), res)
+}
+
+// Operator sets workspaces' permission modes, as the principal whose
+// credential the connection uses.
+type Operator struct {
+	nc        *nats.Conn
+	principal string
+}
+
+// NewOperator returns an operator for principal on nc, which the caller
+// owns.
+func NewOperator(nc *nats.Conn, principal string) (*Operator, error) {
+	if !events.ValidName(principal) {
+		return nil, fmt.Errorf("producers: principal %q is not a valid name", principal)
+	}
+	if nc == nil {
+		return nil, errors.New("producers: nil connection")
+	}
+	return &Operator{nc: nc, principal: principal}, nil
+}
+
+// SetMode sets ws's mode (auto, confirm or locked; "" to clear the
+// override), until expiresAt when it is not nil. It takes effect for the
+// next decision and for every resume of a grant after it.
+func (o *Operator) SetMode(ctx context.Context, ws, mode, reason string, expiresAt *time.Time) (*events.ModeSet, error) {
+	if !events.ValidName(ws) {
+		return nil, events.Errorf(events.CodeInvalidControl, "workspace %q is not a valid name", ws)
+	}
+	r, err := command(ctx, o.nc, events.ControlSubject(ws, o.principal), events.ModeControl{Mode: mode, Reason: reason, ExpiresAt: expiresAt})
+	if err != nil {
+		return nil, err
+	}
+	return r.Mode, nil
+}
+
+// command sends a resolution or control and decodes the gate's reply; a
+// reply with a code (other than APPROVAL_REQUIRED, which describes a held
+// op) is returned as an *events.Error too.
+func command(ctx context.Context, nc *nats.Conn, subject string, in any) (events.Reply, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultCommandTimeout)
+		defer cancel()
+	}
+	body, err := json.Marshal(in)
+	if err != nil {
+		return events.Reply{}, err
+	}
+	resp, err := nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return events.Reply{}, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("%s: %v", subject, err), Retryable: true}
+	}
+	var r events.Reply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return events.Reply{}, events.Errorf(events.CodeInternal, "decode reply on %s: %v", subject, err)
+	}
+	if r.Code != "" && r.Code != events.CodeApprovalRequired {
+		return r, &events.Error{Code: r.Code, Message: r.Message, Retryable: r.Code == events.CodeUnavailable}
+	}
+	return r, nil
+}

@@ -174,3 +174,46 @@ func TestBadPolicyRefused(t *testing.T) {
 		assert.Regexp(t, `broken-rule|workspacez`, string(out))
 	}
 }
+
+func TestCredsCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir := t.TempDir()
+	out, _, code := run(t, "creds", "add", "alice", "--role", "approver", "--data", dir)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "alice (approver) U")
+	fi, err := os.Stat(filepath.Join(dir, "creds", "alice.creds"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	out, _, code = run(t, "creds", "list", "--data", dir)
+	require.Equal(t, 0, code)
+	for _, name := range []string{"airlock", "agent", "approver", "operator", "auditor", "alice"} {
+		assert.Contains(t, out, name)
+	}
+	_, _, code = run(t, "creds", "add", "alice", "--role", "approver", "--data", dir)
+	assert.Equal(t, 1, code, "a name is taken once")
+	_, _, code = run(t, "creds", "add", "bob", "--role", "root", "--data", dir)
+	assert.Equal(t, 2, code)
+
+	// alice resolves under her own name: serve admits her and records her.
+	srv := startServer(t, dir, freePort(t), nil, "--workspace-mode", "review=confirm", "--tool-class", "echo=write")
+	_, err = os.Stat(filepath.Join(dir, "nats-auth.conf"))
+	require.NoError(t, err, "serve writes the auth config for external servers")
+	out, _, code = srv.run(t, "submit", "--ws", "review", "--agent", "bot", "--tool", "echo", "--args", `{"a":1}`, "--json")
+	require.Equal(t, 3, code, out)
+	var held struct {
+		OpID   string `json:"op_id"`
+		HoldID string `json:"hold_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &held))
+	require.Eventually(t, func() bool {
+		out, _, code = srv.run(t, "holds", "grant", held.HoldID, "--reason", "ok", "--creds", filepath.Join(dir, "creds", "alice.creds"))
+		return code == 0
+	}, 10*time.Second, 100*time.Millisecond, out)
+	require.Eventually(t, func() bool {
+		out, _, code = srv.run(t, "ops", "get", held.OpID, "--json")
+		return code == 0 && strings.Contains(out, `"state":"completed"`)
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Contains(t, out, `"approver":"alice"`)
+}

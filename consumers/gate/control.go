@@ -89,9 +89,11 @@ func (g *Gate) record(ctx context.Context, subject string, t events.Type, ceSubj
 	return ack.Sequence, nil
 }
 
-// respond answers a command's NATS request, if it has a reply subject.
+// respond answers a command's NATS request, if its reply subject is an
+// inbox: an answer is never published anywhere else, so a command cannot
+// make the gate publish onto a stream's subjects.
 func (g *Gate) respond(m *nats.Msg, r events.Reply) {
-	if m.Reply == "" {
+	if !events.ValidInbox(m.Reply) {
 		return
 	}
 	body, _ := events.MarshalJSON(r)

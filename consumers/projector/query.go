@@ -110,12 +110,18 @@ func respondError(req micro.Request, err error) {
 	if !errors.As(err, &e) {
 		e = events.Errorf(events.CodeInternal, "%v", err)
 	}
+	if !events.ValidInbox(req.Reply()) {
+		return
+	}
 	body, _ := json.Marshal(e)
 	_ = req.Error(string(e.Code), e.Message, body)
 }
 
 // respond answers with v as JSON, embedded results byte for byte.
 func respond(req micro.Request, v any) {
+	if !events.ValidInbox(req.Reply()) {
+		return // answer inboxes only, never a stream's subjects
+	}
 	body, err := events.MarshalJSON(v)
 	if err != nil {
 		respondError(req, events.Errorf(events.CodeInternal, "%v", err))

@@ -151,6 +151,10 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		users = a.Authority.ServerUsers()
+		// The same users and permissions, for an external server to include.
+		if err := a.Authority.WriteServerConfig(filepath.Join(cfg.DataDir, authority.AuthConfigFile)); err != nil {
+			return err
+		}
 		opt, err := authority.ConnectOption(a.Authority.CredsPath(authority.ServiceName))
 		if err != nil {
 			return err

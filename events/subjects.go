@@ -30,8 +30,35 @@ const (
 	NoWorkspace = "_"
 )
 
-// RequestSubject is where agent runtimes publish tool.requested events.
-func RequestSubject(ws string) string { return SubjectRoot + ".req." + ws }
+// RequestSubject is where agent runtimes publish tool.requested events:
+// airlock.v1.req.<ws>.<agent>. The agent token is the principal
+// publishing: with credentials on, the server lets an agent publish only
+// under its own name, and the gate refuses a request whose body names
+// another agent or workspace than its subject.
+func RequestSubject(ws, agent string) string { return SubjectRoot + ".req." + ws + "." + agent }
+
+// WorkspaceRequests matches every request of one workspace.
+func WorkspaceRequests(ws string) string { return SubjectRoot + ".req." + ws + ".>" }
+
+// RequestSubjectParts splits a request subject into its workspace and
+// agent; ok is false unless the subject is airlock.v1.req.<ws>.<agent>
+// with valid names.
+func RequestSubjectParts(subject string) (ws, agent string, ok bool) {
+	rest, found := strings.CutPrefix(subject, SubjectRoot+".req.")
+	if !found {
+		return "", "", false
+	}
+	ws, agent, found = strings.Cut(rest, ".")
+	if !found || !ValidName(ws) || !ValidName(agent) {
+		return "", "", false
+	}
+	return ws, agent, true
+}
+
+// ReplyPrefix starts every Airlock-Reply-To subject of an agent:
+// airlock.v1.reply.<agent>. Airlock answers a request only there, and the
+// server lets only that agent subscribe to it.
+func ReplyPrefix(agent string) string { return SubjectRoot + ".reply." + agent + "." }
 
 // OpEventSubject is where one op event is appended:
 // airlock.v1.op.<ws>.<op>.<tool>.<verb>. Every event of an op shares the

@@ -25,15 +25,33 @@ type Reply struct {
 	Mode *ModeSet `json:"mode,omitempty"`
 }
 
-// ValidInbox reports whether s may be answered as an Airlock-Reply-To
-// inbox: _INBOX.<tokens>, at most 256 bytes, no wildcards or white space.
-// Nothing else is answered, so a request cannot make Airlock publish
-// anywhere else.
-func ValidInbox(s string) bool {
-	const prefix = "_INBOX."
-	if len(s) <= len(prefix) || len(s) > 256 || !strings.HasPrefix(s, prefix) {
+// ValidReplyTo reports whether s may be answered as the Airlock-Reply-To
+// of a request by agent: airlock.v1.reply.<agent>.<token>[.<token>...], at
+// most 256 bytes, no wildcards or white space. Nothing else is answered, so
+// a request cannot make Airlock publish anywhere else, nor send one agent's
+// answers to another.
+func ValidReplyTo(s, agent string) bool {
+	prefix := ReplyPrefix(agent)
+	if !ValidName(agent) || len(s) <= len(prefix) || len(s) > 256 || !strings.HasPrefix(s, prefix) {
 		return false
 	}
+	return validTokens(s[len(prefix):])
+}
+
+// ValidResponse reports whether s may be answered as the reply subject of
+// a NATS request (a resolution, a control, a query): an _INBOX. subject, or
+// the _R_. subject a service import gives a request from another account.
+// Answers never go anywhere else, such as onto a stream's subjects.
+func ValidResponse(s string) bool {
+	for _, prefix := range []string{"_INBOX.", "_R_."} {
+		if len(s) > len(prefix) && len(s) <= 256 && strings.HasPrefix(s, prefix) {
+			return validTokens(s[len(prefix):])
+		}
+	}
+	return false
+}
+
+func validTokens(s string) bool {
 	for _, tok := range strings.Split(s, ".") {
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
 			return false

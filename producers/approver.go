@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // DefaultCommandTimeout bounds a resolution or control when ctx has no
@@ -51,6 +54,36 @@ func (a *Approver) Hold(ctx context.Context, holdID string) (*events.Op, error) 
 		return nil, events.Errorf(events.CodeHoldNotFound, "no hold %s", holdID)
 	}
 	return op, err
+}
+
+// Args reads the args a held op would run with, from its request in
+// AIRLOCK_REQUESTS, checked to be the op's (its fingerprint derives the op
+// id), in canonical form, with their digest: what a grant names. This is
+// what an approver should look at, rather than trust the digest the
+// projection shows.
+func (a *Approver) Args(ctx context.Context, op *events.Op) (args json.RawMessage, digest string, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultQueryTimeout)
+		defer cancel()
+	}
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := js.Stream(ctx, streams.Requests)
+	if err != nil {
+		return nil, "", &events.Error{Code: events.CodeUnavailable, Message: "requests stream: " + err.Error(), Retryable: true}
+	}
+	req, err := oplog.Request(ctx, st, op.RequestSeq, op.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	canon, err := events.Canonical(req.Args)
+	if err != nil {
+		return nil, "", err
+	}
+	return canon, events.ArgsDigest(canon), nil
 }
 
 // ListHolds lists the pending holds, of one workspace or of all when ws is "",

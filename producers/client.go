@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // Defaults of a Client.
@@ -84,11 +85,12 @@ type Client struct {
 	tries  int
 	poll   time.Duration
 	source string
-	inbox  string // wildcard reply prefix: <inbox>.<op id>
+	token  string // this client's token in its reply subjects
 
 	mu      sync.Mutex
 	stream  jetstream.Stream
-	replies *nats.Subscription
+	closed  bool
+	replies map[string]*nats.Subscription // by agent
 	waiters map[string]map[*waiter]struct{}
 }
 
@@ -97,6 +99,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{
 		nc: nc, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
 		source: DefaultSource, waiters: map[string]map[*waiter]struct{}{},
+		replies: map[string]*nats.Subscription{}, token: nuid.Next(),
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -110,17 +113,34 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.js, c.inbox = js, nc.NewRespInbox()
-	c.replies, err = nc.Subscribe(c.inbox+".*", c.onReply)
+	c.js = js
+	return c, nil
+}
+
+// inbox returns the reply subject prefix of agent's requests,
+// airlock.v1.reply.<agent>.<token>, subscribing to it on first use: the
+// server lets only the agent's own credential subscribe there.
+func (c *Client) inbox(agent string) (string, error) {
+	prefix := events.ReplyPrefix(agent) + c.token
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", errors.New("producers: client closed")
+	}
+	if _, ok := c.replies[agent]; ok {
+		return prefix, nil
+	}
+	sub, err := c.nc.Subscribe(prefix+".*", c.onReply)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	// Make sure the server routes replies here before any request leaves.
-	if err := nc.Flush(); err != nil {
-		_ = c.replies.Unsubscribe()
-		return nil, err
+	if err := c.nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return "", err
 	}
-	return c, nil
+	c.replies[agent] = sub
+	return prefix, nil
 }
 
 // Close removes the client's subscriptions. It does not close the
@@ -128,11 +148,12 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.replies == nil {
-		return nil
+	c.closed = true
+	var err error
+	for agent, sub := range c.replies {
+		err = errors.Join(err, sub.Unsubscribe())
+		delete(c.replies, agent)
 	}
-	err := c.replies.Unsubscribe()
-	c.replies = nil
 	return err
 }
 
@@ -183,13 +204,17 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 		return Outcome{}, events.Errorf(events.CodeRequestTooLarge, "request body is %d bytes, limit %d", len(body), events.MaxRequestBytes)
 	}
 	fp, opID := req.Identity()
+	inbox, err := c.inbox(req.Agent)
+	if err != nil {
+		return Outcome{}, &events.Error{Code: events.CodeUnavailable, Message: "subscribe to replies: " + err.Error(), Retryable: true}
+	}
 	w := c.watch(opID)
 	defer c.unwatch(opID, w)
 
 	wctx, cancel := context.WithTimeout(ctx, c.wait)
 	defer cancel()
-	msg := events.NewMessage(events.RequestSubject(req.Workspace), events.TypeRequested, c.source, opID, fp, body)
-	msg.Header.Set(events.HeaderReplyTo, c.inbox+"."+opID)
+	msg := events.NewMessage(events.RequestSubject(req.Workspace, req.Agent), events.TypeRequested, c.source, opID, fp, body)
+	msg.Header.Set(events.HeaderReplyTo, inbox+"."+opID)
 	dup, err := c.publish(wctx, msg, fp)
 	if err != nil {
 		switch {

@@ -66,6 +66,9 @@ func (w *waiter) reply(r events.Reply) {
 	if w.closed {
 		return
 	}
+	if r.OpID != "" && r.OpID != w.opID {
+		return // not about this op: no answer from Airlock looks like that
+	}
 	switch {
 	case r.OpID == "" && r.Code != "":
 		w.err = &events.Error{Code: r.Code, Message: r.Message}

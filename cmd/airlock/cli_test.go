@@ -42,17 +42,21 @@ func TestCLI(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	ledger := t.TempDir()
-	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger}, "--workspace-mode", "vault=locked")
+	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + ledger}, "--workspace-mode", "vault=locked", "--workspace-mode", "broken=sideways")
 
 	// A locked workspace runs read tools only.
-	out, _, code := srv.run(t, "submit", "--ws", "vault", "--agent", "me", "--tool", "count", "--json")
+	out, _, code := srv.run(t, "submit", "--ws", "vault", "--tool", "count", "--json")
 	assert.Equal(t, 4, code, out)
 	assert.Contains(t, out, `"error_code":"WORKSPACE_LOCKED"`)
-	out, _, code = srv.run(t, "submit", "--ws", "vault", "--agent", "me", "--tool", "echo", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "vault", "--tool", "echo", "--json")
 	assert.Equal(t, 0, code, out)
+	// A mode that does not parse is locked.
+	out, _, code = srv.run(t, "submit", "--ws", "broken", "--tool", "count", "--json")
+	assert.Equal(t, 4, code, out)
+	assert.Contains(t, out, `"error_code":"WORKSPACE_LOCKED"`)
 
 	// completed: exit 0, one JSON object with op_id, state and result.
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", `{"hello":"world"}`, "--json")
 	require.Equal(t, 0, code, out)
 	var got struct {
 		OpID   string          `json:"op_id"`
@@ -67,35 +71,35 @@ func TestCLI(t *testing.T) {
 	completed := got.OpID
 
 	// The same request again is the same op, still completed, not rerun.
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
 	require.Equal(t, 0, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, completed, got.OpID)
 
 	// denied: exit 4 with the code.
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "format_disk", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "format_disk", "--json")
 	assert.Equal(t, 4, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, "denied", got.State)
 	assert.Equal(t, "CAPABILITY_DENIED", got.Code)
 
 	// still pending when --wait runs out: exit 3.
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "block", "--wait", "300ms", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "block", "--wait", "300ms", "--json")
 	assert.Equal(t, 3, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	blocked := got.OpID
 	require.NoError(t, os.WriteFile(filepath.Join(ledger, "release"), nil, 0o600))
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "block", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "block", "--json")
 	assert.Equal(t, 0, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	assert.Equal(t, blocked, got.OpID)
 
 	// usage errors: exit 2, nothing sent.
 	for _, args := range [][]string{
-		{"submit", "--agent", "me", "--tool", "echo"},
-		{"submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "{not json"},
-		{"submit", "--ws", "CLI", "--agent", "me", "--tool", "echo"},
-		{"submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--wait", "0s"},
+		{"submit", "--tool", "echo"},
+		{"submit", "--ws", "cli", "--tool", "echo", "--args", "{not json"},
+		{"submit", "--ws", "CLI", "--tool", "echo"},
+		{"submit", "--ws", "cli", "--tool", "echo", "--wait", "0s"},
 		{"ops", "get", "not-an-op"},
 		{"ops", "list", "--state", "sleeping"},
 		{"frobnicate"},
@@ -105,10 +109,10 @@ func TestCLI(t *testing.T) {
 	}
 
 	// Nothing listening: exit 1 and a JSON error, still one object.
-	out, _, code = run(t, "submit", "--server=nats://"+freePort(t), "--ws", "cli", "--agent", "me", "--tool", "echo", "--json")
+	out, _, code = run(t, "submit", "--server=nats://"+freePort(t), "--ws", "cli", "--tool", "echo", "--json")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, `"error_code":"UNAVAILABLE"`)
-	out, _, code = srv.run(t, "submit", "--ws", "cli", "--agent", "me", "--tool", "echo", "--args", "[", "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", "[", "--json")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, out, `"error_code":"INVALID_ARGS"`)
 
@@ -135,12 +139,12 @@ func TestCLI(t *testing.T) {
 		} `json:"ops"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	require.Len(t, list.Ops, 2) // the locked workspace's write, the unknown tool
+	require.Len(t, list.Ops, 3) // the locked and the broken workspace's writes, the unknown tool
 	assert.Equal(t, "denied", list.Ops[0].State)
 
 	out, _, code = srv.run(t, "ops", "list")
 	require.Equal(t, 0, code)
-	assert.Equal(t, 6, strings.Count(out, "\n"), out) // header and five ops
+	assert.Equal(t, 7, strings.Count(out, "\n"), out) // header and six ops
 
 	_, stderr, code := srv.run(t, "ops", "get", "op_00000000000000000000000000000000")
 	assert.Equal(t, 1, code)
@@ -160,7 +164,7 @@ func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
 	}
 	dir, addr := t.TempDir(), freePort(t)
 	srv := startServer(t, dir, addr, nil)
-	out, _, code := srv.run(t, "submit", "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	out, _, code := srv.run(t, "submit", "--ws", "keep", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, 0, code)
 	var first struct {
 		OpID string `json:"op_id"`
@@ -184,7 +188,7 @@ func TestServeRestartKeepsStateAndUpdatesStreams(t *testing.T) {
 	out, _, code = srv.run(t, "ops", "get", first.OpID, "--json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"state":"completed"`)
-	out, _, code = srv.run(t, "submit", "--ws", "keep", "--agent", "me", "--tool", "echo", "--args", `{"n":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "keep", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, first.OpID)
 }
@@ -213,7 +217,7 @@ func TestServeAgainstExternalNATS(t *testing.T) {
 	second := startServer(t, dir, freePort(t), nil, "--nats-url", first.url)
 	assert.Equal(t, first.url, second.url, "the second prints the NATS it uses")
 	for i := range 10 {
-		out, _, code := first.run(t, "submit", "--ws", "ext", "--agent", "me", "--tool", "echo", "--args", fmt.Sprintf(`{"i":%d}`, i), "--json")
+		out, _, code := first.run(t, "submit", "--ws", "ext", "--tool", "echo", "--args", fmt.Sprintf(`{"i":%d}`, i), "--json")
 		require.Equal(t, 0, code, out)
 		assert.Contains(t, out, `"state":"completed"`)
 	}

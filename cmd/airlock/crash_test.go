@@ -52,7 +52,7 @@ func TestCrashUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				req := events.Request{Workspace: "crash", Agent: "load", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+				req := events.Request{Workspace: "crash", Agent: "agent", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
 				for ctx.Err() == nil {
 					out, err := c.Submit(ctx, req) // a retry reuses the fingerprint
 					if err == nil && out.Terminal() {
@@ -152,7 +152,7 @@ func TestCrashAfterSideEffect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	req := events.Request{Workspace: "crash", Agent: "a", Tool: "count_slow", Args: json.RawMessage(`{"once":true}`)}
+	req := events.Request{Workspace: "crash", Agent: "agent", Tool: "count_slow", Args: json.RawMessage(`{"once":true}`)}
 	out, err := c.Submit(ctx, req)
 	require.NoError(t, err)
 	require.True(t, out.Pending)

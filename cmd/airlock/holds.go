@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -97,11 +98,25 @@ func newHoldsShow(g *globals) *cobra.Command {
 			if err != nil {
 				return commandFailed(cmd, err, asJSON)
 			}
+			argsJSON, digest, err := a.Args(cmd.Context(), op)
+			if err != nil {
+				return commandFailed(cmd, err, asJSON)
+			}
 			if asJSON {
-				printJSON(cmd.OutOrStdout(), op)
+				printJSON(cmd.OutOrStdout(), struct {
+					*events.Op
+					Args json.RawMessage `json:"args"`
+				}{op, argsJSON})
 				return nil
 			}
-			return printOp(cmd.OutOrStdout(), op)
+			if err := printOp(cmd.OutOrStdout(), op); err != nil {
+				return err
+			}
+			if digest != op.ArgsDigest {
+				fmt.Fprintf(cmd.OutOrStdout(), "WARNING: the request's args digest %s differs from the hold's\n", digest)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "args (canonical, %s):\n%s\n", digest, argsJSON)
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the op as JSON")
@@ -117,10 +132,12 @@ func newHoldsResolve(g *globals, decision events.Decision) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " HOLD --reason R [--digest sha256:...]",
 		Short: map[events.Decision]string{events.DecisionGrant: "Grant a hold: the op is decided again under the policy in force and runs once", events.DecisionDeny: "Deny a hold: the op ends denied and never runs"}[decision],
-		Long: `The resolution names the args digest it covers. Without --digest the
-digest of the hold as it stands is used (and printed); with --digest, the
-resolution is refused (GRANT_DIGEST_MISMATCH) unless the hold covers exactly
-those args. Exit status: 0 resolved, 1 refused or an error, 2 usage.`,
+		Long: `The resolution names the args digest it covers. Without --digest it is
+the digest of the args read from the request itself (what "holds show"
+prints), and the gate refuses it (GRANT_DIGEST_MISMATCH) unless the hold
+covers exactly those args; with --digest, the digest given (as copied from
+"holds show" after reading the args). Exit status: 0 resolved, 1 refused or
+an error, 2 usage.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			holdID := args[0]
@@ -141,7 +158,11 @@ those args. Exit status: 0 resolved, 1 refused or an error, 2 usage.`,
 				return commandFailed(cmd, err, asJSON)
 			}
 			if digest == "" {
-				digest = op.ArgsDigest
+				// Bind the resolution to the args as read from the request
+				// itself, not to the digest the projection shows.
+				if _, digest, err = a.Args(cmd.Context(), op); err != nil {
+					return commandFailed(cmd, err, asJSON)
+				}
 			}
 			r, err := a.Resolve(cmd.Context(), op.Workspace, events.Resolution{HoldID: holdID, ArgsDigest: digest, Decision: decision, Reason: reason})
 			if err != nil {

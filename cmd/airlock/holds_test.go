@@ -55,7 +55,7 @@ func TestHoldsCLI(t *testing.T) {
 	}
 
 	// Held: exit 3, APPROVAL_REQUIRED and the hold id; nothing ran.
-	out, _, code = srv.run(t, "submit", "--ws", "review", "--agent", "bot", "--tool", "count", "--args", `{"f":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", `{"f":1}`, "--json")
 	require.Equal(t, 3, code, out)
 	var held struct {
 		OpID       string `json:"op_id"`
@@ -92,11 +92,11 @@ func TestHoldsCLI(t *testing.T) {
 		return code == 0 && strings.Contains(out, `"state":"completed"`)
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, out, `"approver":"approver"`)
-	out, _, code = srv.run(t, "submit", "--ws", "review", "--agent", "bot", "--tool", "count", "--args", `{"f":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", `{"f":1}`, "--json")
 	assert.Equal(t, 0, code, out)
 
 	// Deny: the op ends denied; exit 4 for its submitter.
-	out, _, code = srv.run(t, "submit", "--ws", "dev", "--agent", "bot", "--tool", "count", "--args", `{"n":500}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "dev", "--tool", "count", "--args", `{"n":500}`, "--json")
 	require.Equal(t, 3, code, out)
 	require.NoError(t, json.Unmarshal([]byte(out), &held))
 	require.Eventually(t, func() bool {
@@ -105,7 +105,7 @@ func TestHoldsCLI(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	out, _, code = srv.run(t, "holds", "deny", held.HoldID, "--reason", "too big")
 	require.Equal(t, 0, code, out)
-	out, _, code = srv.run(t, "submit", "--ws", "dev", "--agent", "bot", "--tool", "count", "--args", `{"n":500}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "dev", "--tool", "count", "--args", `{"n":500}`, "--json")
 	assert.Equal(t, 4, code, out)
 	assert.Contains(t, out, "APPROVAL_DENIED")
 
@@ -113,7 +113,7 @@ func TestHoldsCLI(t *testing.T) {
 	out, _, code = srv.run(t, "ctl", "mode", "dev", "locked", "--reason", "incident", "--json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"actor":"operator"`)
-	out, _, code = srv.run(t, "submit", "--ws", "dev", "--agent", "bot", "--tool", "count", "--args", `{"n":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "dev", "--tool", "count", "--args", `{"n":1}`, "--json")
 	assert.Equal(t, 4, code, out)
 	assert.Contains(t, out, "WORKSPACE_LOCKED")
 	_, stderr, code := srv.run(t, "ctl", "mode", "dev", "auto", "--reason", "sneaky", "--creds", filepath.Join(srv.dir, "creds", "agent.creds"))
@@ -200,7 +200,7 @@ func TestCredsCLI(t *testing.T) {
 	srv := startServer(t, dir, freePort(t), nil, "--workspace-mode", "review=confirm", "--tool-class", "echo=write")
 	_, err = os.Stat(filepath.Join(dir, "nats-auth.conf"))
 	require.NoError(t, err, "serve writes the auth config for external servers")
-	out, _, code = srv.run(t, "submit", "--ws", "review", "--agent", "bot", "--tool", "echo", "--args", `{"a":1}`, "--json")
+	out, _, code = srv.run(t, "submit", "--ws", "review", "--tool", "echo", "--args", `{"a":1}`, "--json")
 	require.Equal(t, 3, code, out)
 	var held struct {
 		OpID   string `json:"op_id"`

@@ -103,6 +103,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
+	logWarnings(cfg.Logger, a.Policy().Warnings())
 	if a.Authority != nil {
 		fmt.Printf("  creds:   %s\n", filepath.Dir(a.Authority.CredsPath(authority.ServiceName)))
 	} else {
@@ -125,6 +126,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 				continue
 			}
 			cfg.Logger.Info("policy reloaded", "hash", a.PolicyHash())
+			logWarnings(cfg.Logger, a.Policy().Warnings())
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
@@ -134,4 +136,12 @@ func serve(ctx context.Context, cfg app.Config) error {
 	}
 	fmt.Println("airlock stopped")
 	return nil
+}
+
+// logWarnings logs what in the policy did not parse and so fails closed (a
+// mode taken as locked, a class taken as destructive).
+func logWarnings(l *slog.Logger, warnings []string) {
+	for _, w := range warnings {
+		l.Warn("policy: fails closed", "warning", w)
+	}
 }

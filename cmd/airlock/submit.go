@@ -22,7 +22,7 @@ func newSubmit(g *globals) *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit --ws W --agent A --tool T --args JSON",
+		Use:   "submit --ws W --tool T --args JSON [--agent A]",
 		Short: "Submit a tool request and wait for its outcome",
 		Long: `Submit a tool request and wait for its outcome.
 
@@ -31,6 +31,10 @@ Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if req.Agent == "" {
+				// The agent is the principal publishing: the credential's.
+				req.Agent = principal(g.credsFor("agent"), "agent")
+			}
 			for _, f := range []struct{ name, value string }{{"ws", req.Workspace}, {"agent", req.Agent}, {"tool", req.Tool}} {
 				if f.value == "" {
 					return usageError("--%s is required", f.name)
@@ -62,7 +66,7 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Workspace, "ws", "", "workspace")
-	f.StringVar(&req.Agent, "agent", "", "agent")
+	f.StringVar(&req.Agent, "agent", "", "agent: the principal of the credential used (default: its name); the server lets an agent submit only under its own name")
 	f.StringVar(&req.Tool, "tool", "", "tool")
 	f.StringVar(&args, "args", "{}", "arguments, a JSON value")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")

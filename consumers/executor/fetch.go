@@ -70,7 +70,7 @@ func (r *Runner) directBatch(ctx context.Context, ws string, group []*job) (map[
 		NextFor   string `json:"next_by_subj"`
 		Batch     int    `json:"batch"`
 		NoHeaders bool   `json:"no_hdr"`
-	}{slices.Min(seqs), events.RequestSubject(ws), fetchSpan(seqs), true})
+	}{slices.Min(seqs), events.WorkspaceRequests(ws), fetchSpan(seqs), true})
 	if err != nil {
 		return nil, err
 	}

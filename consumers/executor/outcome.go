@@ -14,7 +14,7 @@ import (
 
 // answer sends a terminal event's outcome to the request's reply inbox.
 func (r *Runner) answer(item work, data any) {
-	if item.ReplyTo == "" || !events.ValidInbox(item.ReplyTo) {
+	if !events.ValidReplyTo(item.ReplyTo, item.Agent) {
 		return
 	}
 	reply, ok := events.OutcomeReply(data)

@@ -48,7 +48,7 @@ func readyOp(t *testing.T, n *testenv.NATS, tool, args string) (op string, decid
 	require.NoError(t, req.Validate())
 	body, err := json.Marshal(req)
 	require.NoError(t, err)
-	ack, err := n.JetStream.PublishMsg(ctx, events.NewMessage(events.RequestSubject("rec"), events.TypeRequested, "test", "", req.FingerprintHex(), body))
+	ack, err := n.JetStream.PublishMsg(ctx, events.NewMessage(events.RequestSubject("rec", "a"), events.TypeRequested, "test", "", req.FingerprintHex(), body))
 	require.NoError(t, err)
 	op = events.OpID(req.Fingerprint())
 	ops, err := n.JetStream.Stream(ctx, streams.Ops)

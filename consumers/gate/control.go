@@ -90,10 +90,11 @@ func (g *Gate) record(ctx context.Context, subject string, t events.Type, ceSubj
 }
 
 // respond answers a command's NATS request, if its reply subject is an
-// inbox: an answer is never published anywhere else, so a command cannot
-// make the gate publish onto a stream's subjects.
+// inbox (events.ValidResponse): an answer is never published anywhere
+// else, so a command cannot make the gate publish onto a stream's
+// subjects.
 func (g *Gate) respond(m *nats.Msg, r events.Reply) {
-	if !events.ValidInbox(m.Reply) {
+	if !events.ValidResponse(m.Reply) {
 		return
 	}
 	body, _ := events.MarshalJSON(r)

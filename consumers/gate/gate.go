@@ -315,17 +315,18 @@ func (g *Gate) parse(m jetstream.Msg) (*events.Request, *events.Error) {
 	if err := req.Validate(); err != nil {
 		return fail(err)
 	}
-	if ws := subjectWorkspace(m.Subject()); ws != req.Workspace {
-		return fail(events.Errorf(events.CodeSubjectMismatch, "published on %s but names workspace %q", m.Subject(), req.Workspace))
+	ws, agent, _ := events.RequestSubjectParts(m.Subject())
+	if ws != req.Workspace || agent != req.Agent {
+		return fail(events.Errorf(events.CodeSubjectMismatch, "published on %s but names workspace %q and agent %q: publish on %s", m.Subject(), req.Workspace, req.Agent, events.RequestSubject(req.Workspace, req.Agent)))
 	}
 	return req, nil
 }
 
 // subjectWorkspace is the workspace a request subject names, or
-// events.NoWorkspace when it names no valid one.
+// events.NoWorkspace when it names no valid workspace and agent.
 func subjectWorkspace(subject string) string {
-	ws := strings.TrimPrefix(subject, events.SubjectRoot+".req.")
-	if ws == subject || !events.ValidName(ws) {
+	ws, _, ok := events.RequestSubjectParts(subject)
+	if !ok {
 		return events.NoWorkspace
 	}
 	return ws
@@ -419,10 +420,17 @@ func (g *Gate) reply(inbox string, r events.Reply) {
 	}
 }
 
-// replyTo is the request's Airlock-Reply-To inbox, or "" when it has no
-// valid one.
+// replyTo is the request's Airlock-Reply-To subject, or "" when it has no
+// valid one: only airlock.v1.reply.<agent>.<...> of the agent its subject
+// names is answered.
 func replyTo(m jetstream.Msg) string {
-	if inbox := m.Headers().Get(events.HeaderReplyTo); events.ValidInbox(inbox) {
+	// The agent token counts even when the workspace token is bad, so that
+	// a request rejected for its subject is still answered.
+	parts := strings.Split(m.Subject(), ".")
+	if len(parts) != 5 {
+		return ""
+	}
+	if inbox := m.Headers().Get(events.HeaderReplyTo); events.ValidReplyTo(inbox, parts[4]) {
 		return inbox
 	}
 	return ""

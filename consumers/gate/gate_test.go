@@ -61,54 +61,57 @@ func TestBadInputIsRejected(t *testing.T) {
 		msg     func(subject string) *nats.Msg
 		code    events.Code
 	}{
-		{"not a CloudEvent", "ws", func(s string) *nats.Msg {
+		{"not a CloudEvent", "ws.ag", func(s string) *nats.Msg {
 			m := nats.NewMsg(s)
 			m.Data = []byte(`{"workspace":"ws"}`)
 			return m
 		}, events.CodeInvalidEvent},
-		{"malformed structured CloudEvent", "ws", func(s string) *nats.Msg {
+		{"malformed structured CloudEvent", "ws.ag", func(s string) *nats.Msg {
 			m := nats.NewMsg(s)
 			m.Header.Set("Content-Type", "application/cloudevents+json")
 			m.Data = []byte(`{"specversion":"1.0","type":`)
 			return m
 		}, events.CodeInvalidEvent},
-		{"binary event without id", "ws", func(s string) *nats.Msg {
+		{"binary event without id", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Del("ce-id") })
 		}, events.CodeInvalidEvent},
-		{"unknown event type", "ws", func(s string) *nats.Msg {
+		{"unknown event type", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Set("ce-type", "dev.airlock.tool.exploded.v1") })
 		}, events.CodeUnknownEventType},
-		{"op event on a request subject", "ws", func(s string) *nats.Msg {
+		{"op event on a request subject", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, valid(good), func(h nats.Header) { h.Set("ce-type", string(events.TypeCompleted)) })
 		}, events.CodeInvalidEvent},
-		{"oversized body", "ws", func(s string) *nats.Msg {
+		{"oversized body", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, append([]byte(`{"pad":"`), append(huge, '"', '}')...), nil)
 		}, events.CodeRequestTooLarge},
-		{"oversized args", "ws", func(s string) *nats.Msg {
+		{"oversized args", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":`+bigArgs+`}`), nil)
 		}, events.CodeArgsTooLarge},
-		{"invalid workspace name", "ws", func(s string) *nats.Msg {
+		{"invalid workspace name", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"WS!","agent":"ag","tool":"echo","args":{}}`), nil)
 		}, events.CodeInvalidName},
-		{"invalid subject workspace", "Bad", func(s string) *nats.Msg {
+		{"invalid subject workspace", "Bad.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, valid(good), nil)
 		}, events.CodeSubjectMismatch},
-		{"invalid tool name", "ws", func(s string) *nats.Msg {
+		{"invalid tool name", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"-x","args":{}}`), nil)
 		}, events.CodeInvalidName},
-		{"non-JSON args", "ws", func(s string) *nats.Msg {
+		{"non-JSON args", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":"a" "b"}`), nil)
 		}, events.CodeInvalidEvent},
-		{"args that are not canonicalisable", "ws", func(s string) *nats.Msg {
+		{"args that are not canonicalisable", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":{"n":12345678901234567890}}`), nil)
 		}, events.CodeInvalidArgs},
-		{"missing args", "ws", func(s string) *nats.Msg {
+		{"missing args", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo"}`), nil)
 		}, events.CodeInvalidArgs},
-		{"body workspace differs from subject", "other", func(s string) *nats.Msg {
+		{"body workspace differs from subject", "other.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, valid(good), nil)
 		}, events.CodeSubjectMismatch},
-		{"bad idempotency key", "ws", func(s string) *nats.Msg {
+		{"body agent differs from subject", "ws.intruder", func(s string) *nats.Msg {
+			return binaryRequest(t, s, valid(good), nil)
+		}, events.CodeSubjectMismatch},
+		{"bad idempotency key", "ws.ag", func(s string) *nats.Msg {
 			return binaryRequest(t, s, []byte(`{"workspace":"ws","agent":"ag","tool":"echo","args":{},"idempotency_key":"has space"}`), nil)
 		}, events.CodeInvalidIdempotencyKey},
 	}
@@ -117,12 +120,14 @@ func TestBadInputIsRejected(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			inbox := nats.NewInbox()
+			subject := events.SubjectRoot + ".req." + tc.subject
+			parts := strings.Split(subject, ".")
+			inbox := events.ReplyPrefix(parts[len(parts)-1]) + nats.NewInbox()[len("_INBOX."):]
 			sub, err := nc.SubscribeSync(inbox)
 			require.NoError(t, err)
 			defer sub.Unsubscribe()
 			require.NoError(t, nc.Flush()) // the server knows the inbox before the gate answers
-			m := tc.msg(events.RequestSubject(tc.subject))
+			m := tc.msg(subject)
 			m.Header.Set(events.HeaderReplyTo, inbox)
 			_, err = a.JetStream.PublishMsg(ctx, m)
 			require.NoError(t, err)
@@ -147,6 +152,15 @@ func TestBadInputIsRejected(t *testing.T) {
 			assert.Equal(t, len(m.Data), rej.Size)
 		})
 	}
+
+	// A subject without the agent token is rejected too, unanswered (there
+	// is no agent to answer), on the rejection subject of no workspace.
+	_, err = a.JetStream.PublishMsg(ctx, binaryRequest(t, events.SubjectRoot+".req.ws", valid(good), nil))
+	require.NoError(t, err)
+	ev, err := rejected.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, events.RejectedSubject(events.NoWorkspace), ev.Subject)
+	assert.Contains(t, string(ev.Data), string(events.CodeSubjectMismatch))
 
 	// The op accepted before is unchanged, and the pipeline still runs.
 	opAfter, err := c.Op(ctx, before.OpID)

@@ -39,7 +39,7 @@ func fill(t *testing.T, n *testenv.NATS, ops int) {
 		_, err := c.Submit(ctx, events.Request{Workspace: ws, Agent: "a", Tool: tool, Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
 		require.NoError(t, err)
 		if i%10 == 0 {
-			require.NoError(t, nc.Publish(events.RequestSubject("open"), []byte("not a cloudevent")))
+			require.NoError(t, nc.Publish(events.RequestSubject("open", "a"), []byte("not a cloudevent")))
 		}
 	}
 	require.NoError(t, a.Shutdown(ctx))

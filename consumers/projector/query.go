@@ -110,7 +110,7 @@ func respondError(req micro.Request, err error) {
 	if !errors.As(err, &e) {
 		e = events.Errorf(events.CodeInternal, "%v", err)
 	}
-	if !events.ValidInbox(req.Reply()) {
+	if !events.ValidResponse(req.Reply()) {
 		return
 	}
 	body, _ := json.Marshal(e)
@@ -119,7 +119,7 @@ func respondError(req micro.Request, err error) {
 
 // respond answers with v as JSON, embedded results byte for byte.
 func respond(req micro.Request, v any) {
-	if !events.ValidInbox(req.Reply()) {
+	if !events.ValidResponse(req.Reply()) {
 		return // answer inboxes only, never a stream's subjects
 	}
 	body, err := events.MarshalJSON(v)

@@ -145,14 +145,15 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 // start brings the parts up; on error the caller closes what it opened.
 func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1)}, cfg.NATSOptions...)
-	var users []*server.NkeyUser
+	var authFile string
 	if cfg.Auth {
 		if a.Authority, err = authority.Ensure(cfg.DataDir); err != nil {
 			return err
 		}
-		users = a.Authority.ServerUsers()
-		// The same users and permissions, for an external server to include.
-		if err := a.Authority.WriteServerConfig(filepath.Join(cfg.DataDir, authority.AuthConfigFile)); err != nil {
+		// The accounts, users and permissions: the embedded server loads
+		// them from this file, and an external server includes it.
+		authFile = filepath.Join(cfg.DataDir, authority.AuthConfigFile)
+		if err := a.Authority.WriteServerConfig(authFile); err != nil {
 			return err
 		}
 		opt, err := authority.ConnectOption(a.Authority.CredsPath(authority.ServiceName))
@@ -164,7 +165,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if cfg.NATSURL == "" {
 		a.Server, err = natsrv.Start(natsrv.Config{
 			DataDir: cfg.DataDir, Listen: cfg.Listen, Monitor: cfg.Monitor,
-			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger, Users: users,
+			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger, AuthFile: authFile,
 		})
 		if err != nil {
 			return err
@@ -293,12 +294,27 @@ func loadPolicy(cfg Config, reg *executor.Registry) (*policy.Policy, string, err
 		p, err := policy.Load(cfg.PolicyFile)
 		return p, cfg.PolicyFile, err
 	}
-	spec := cfg.Policy
-	tools := reg.Classes()
-	for t, c := range spec.Tools {
-		tools[t] = c // the spec wins over an executor's own class
+	// The built-in policy, with the classes in-process executors declare
+	// for tools it does not name, shaped by the spec (serve's flags).
+	spec := policy.Default().Spec()
+	for t, c := range reg.Classes() {
+		if _, named := spec.Tools[t]; !named {
+			spec.Tools[t] = c
+		}
 	}
-	spec.Tools = tools
+	for t, c := range cfg.Policy.Tools {
+		spec.Tools[t] = c
+	}
+	if cfg.Policy.DefaultMode != "" {
+		spec.DefaultMode = cfg.Policy.DefaultMode
+	}
+	if len(cfg.Policy.Workspaces) > 0 {
+		spec.Workspaces = cfg.Policy.Workspaces
+	}
+	spec.Rules = append(spec.Rules, cfg.Policy.Rules...)
+	if cfg.Policy.HoldTTL != "" {
+		spec.HoldTTL = cfg.Policy.HoldTTL
+	}
 	p, err := policy.New(spec)
 	return p, "built-in", err
 }

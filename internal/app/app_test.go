@@ -52,7 +52,7 @@ func TestStructuredModeRequestRuns(t *testing.T) {
 			"datacontenttype": "application/json", "data": req,
 		})
 		require.NoError(t, err)
-		m := nats.NewMsg(events.RequestSubject("structured"))
+		m := nats.NewMsg(events.RequestSubject("structured", "a"))
 		m.Header.Set("Content-Type", "application/cloudevents+json")
 		m.Data = body
 		require.NoError(t, nc.PublishMsg(m))

@@ -48,7 +48,7 @@ func requestMsg(t *testing.T, req events.Request) *nats.Msg {
 	require.NoError(t, err)
 	ev, err := events.NewEventRaw(events.TypeRequested, "test", "", req.FingerprintHex(), body)
 	require.NoError(t, err)
-	return events.Encode(events.RequestSubject(req.Workspace), ev)
+	return events.Encode(events.RequestSubject(req.Workspace, req.Agent), ev)
 }
 
 func waitTerminal(t *testing.T, a *app.App, op string) *events.Op {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
@@ -104,11 +107,11 @@ func codeOf(err error) events.Code { return events.CodeOf(err) }
 func TestConfirmHoldThenGrantRunsOnce(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
-	req := events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"file":"a.txt"}`)}
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"a.txt"}`)}
 	held := submitHeld(t, c, counter, req)
 
 	// read tools still run at once in confirm mode.
-	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "bot", Tool: "echo", Args: json.RawMessage(`{"r":1}`)})
+	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{"r":1}`)})
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, out.State)
 
@@ -153,7 +156,7 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := app.Config{DataDir: dir, Streams: streams.Config{Duplicates: 200 * time.Millisecond}}
 	a, counter := holdsApp(t, cfg)
-	req := events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"cmd":"deploy"}`)}
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"cmd":"deploy"}`)}
 
 	// The response is lost: the request is published with no one to
 	// answer. The client's retry finds the same hold.
@@ -169,7 +172,13 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	assert.Equal(t, opID, first.OpID)
 
 	time.Sleep(400 * time.Millisecond) // the dedupe window passes: the point of the test
+	reqs, err := a.JetStream.Stream(ctxT(t), streams.Requests)
+	require.NoError(t, err)
+	stored := reqs.CachedInfo().State.Msgs
 	again := submitHeld(t, c, counter, req)
+	reqs, err = a.JetStream.Stream(ctxT(t), streams.Requests)
+	require.NoError(t, err)
+	assert.Equal(t, stored+1, reqs.CachedInfo().State.Msgs, "the retry was stored, not deduplicated, and still found the hold")
 	assert.Equal(t, first.HoldID, again.HoldID)
 	assert.Equal(t, first.HoldExpiresAt, again.HoldExpiresAt, "the same hold, not a new one")
 
@@ -201,7 +210,7 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 func TestDenyIsTerminalAndLaterGrantRefused(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
-	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"rm":"-rf"}`)})
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"rm":"-rf"}`)})
 	waitHeldInProjection(t, a, held.OpID)
 	ap := approverAs(t, a, "approver")
 	r, err := ap.Deny(ctxT(t), held.HoldID, held.ArgsDigest, "no")
@@ -228,7 +237,7 @@ func TestConcurrentResolutions(t *testing.T) {
 
 	t.Run("grant and deny race", func(t *testing.T) {
 		for i := range 5 {
-			held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"race":%d}`, i))})
+			held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"race":%d}`, i))})
 			waitHeldInProjection(t, a, held.OpID)
 			var wg sync.WaitGroup
 			errs := make([]error, 2)
@@ -257,7 +266,7 @@ func TestConcurrentResolutions(t *testing.T) {
 	})
 
 	t.Run("ten grants", func(t *testing.T) {
-		held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"ten":true}`)})
+		held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"ten":true}`)})
 		waitHeldInProjection(t, a, held.OpID)
 		var wg sync.WaitGroup
 		var fresh, again, refused atomic.Int32
@@ -302,7 +311,7 @@ func TestDigestMismatchAndExpiry(t *testing.T) {
 	c := agentClient(t, a)
 	ap := approverAs(t, a, "approver")
 
-	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"amount":10}`)})
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"amount":10}`)})
 	waitHeldInProjection(t, a, held.OpID)
 	other := events.ArgsDigest([]byte(`{"amount":10000}`))
 	r, err := ap.Grant(ctxT(t), held.HoldID, other, "ok")
@@ -321,7 +330,7 @@ func TestDigestMismatchAndExpiry(t *testing.T) {
 	assert.Equal(t, 0, executions(t, counter, held.OpID))
 
 	// A retry of the expired request reports it expired, fail closed.
-	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"amount":10}`)})
+	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"amount":10}`)})
 	require.NoError(t, err)
 	assert.Equal(t, events.StateExpired, out.State)
 }
@@ -331,7 +340,7 @@ func TestHoldExpiresWithoutAnyoneActing(t *testing.T) {
 	spec.HoldTTL = "1s"
 	a, counter := holdsApp(t, app.Config{Policy: spec, HoldExpiryInterval: 50 * time.Millisecond})
 	c := agentClient(t, a)
-	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"late":true}`)})
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"late":true}`)})
 	got := waitTerminal(t, a, held.OpID)
 	assert.Equal(t, events.StateExpired, got.State)
 	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "too late")
@@ -342,7 +351,7 @@ func TestHoldExpiresWithoutAnyoneActing(t *testing.T) {
 func TestLockdownBetweenHoldAndGrantDeniesOnResume(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
-	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"lock":1}`)})
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"lock":1}`)})
 	waitHeldInProjection(t, a, held.OpID)
 
 	opr, err := producers.NewOperator(connectAs(t, a, "operator"), "operator")
@@ -362,12 +371,12 @@ func TestLockdownBetweenHoldAndGrantDeniesOnResume(t *testing.T) {
 
 	// The lockdown holds for new requests too, and lifting it restores
 	// the policy's mode.
-	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"lock":2}`)})
+	out, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"lock":2}`)})
 	require.NoError(t, err)
 	assert.Equal(t, events.CodeWorkspaceLocked, out.Code)
 	_, err = opr.SetMode(ctxT(t), "review", "", "incident over", nil)
 	require.NoError(t, err)
-	submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"lock":3}`)})
+	submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"lock":3}`)})
 
 	// Bad controls change nothing.
 	_, err = opr.SetMode(ctxT(t), "review", "paranoid", "typo", nil)
@@ -390,7 +399,7 @@ func indexOf(t *testing.T, a *app.App, name string) int {
 func TestAgentCannotResolveAndApproverIsTheCredential(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
-	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "bot", Tool: "count", Args: json.RawMessage(`{"self":"grant"}`)})
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"self":"grant"}`)})
 	waitHeldInProjection(t, a, held.OpID)
 
 	violations := make(chan error, 4)
@@ -458,7 +467,7 @@ func TestRulesAllowDenyHold(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.ws+tc.args, func(t *testing.T) {
-			out, err := c.Submit(ctxT(t), events.Request{Workspace: tc.ws, Agent: "bot", Tool: "count", Args: json.RawMessage(tc.args)})
+			out, err := c.Submit(ctxT(t), events.Request{Workspace: tc.ws, Agent: "agent", Tool: "count", Args: json.RawMessage(tc.args)})
 			require.NoError(t, err)
 			assert.Equal(t, tc.state, out.State)
 			assert.Equal(t, tc.code, out.Code)
@@ -484,4 +493,124 @@ func waitOp(t *testing.T, a *app.App, id string) *events.Op {
 		return err == nil
 	}, 10*time.Second, 10*time.Millisecond)
 	return op
+}
+
+// A gate that stops after the grant is appended and before it resumed the
+// op loses nothing: the granted event is the resume's work item, delivered
+// again to the next gate, and the op runs once.
+func TestGrantedOpResumesAfterRestart(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	counter := &testexec.Counter{Dir: t.TempDir()}
+	cfg := app.Config{NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}}
+	a := testenv.StartApp(t, cfg)
+	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"crash":"after grant"}`)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Shutdown(ctx))
+
+	// The grant as the gate appends it, with no gate running to resume.
+	st, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	last, err := oplog.Last(ctx, st, "review", held.OpID)
+	require.NoError(t, err)
+	_, err = oplog.Append(ctx, n.JetStream, st, oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}, last.Seq, events.TypeGranted, "airlock/gate",
+		&events.Granted{OpHeader: events.OpHeader{OpID: held.OpID, Workspace: "review"}, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Approver: "approver", Reason: "ok"})
+	require.NoError(t, err)
+
+	b := testenv.StartApp(t, cfg)
+	got := waitTerminal(t, b, held.OpID)
+	assert.Equal(t, events.StateCompleted, got.State)
+	assert.Equal(t, 1, executions(t, counter, held.OpID))
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeCompleted},
+		testenv.OpEvents(t, n.JetStream, "review", held.OpID))
+}
+
+// A rule added by a reload between the hold and the grant denies the
+// resume: the grant does not outrank the policy in force.
+func TestReloadedRuleDeniesOnResume(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	const base = "tools: {count: write, echo: read}\nworkspaces: {review: {mode: confirm}}\n"
+	require.NoError(t, os.WriteFile(file, []byte(base), 0o600))
+	a, counter := holdsApp(t, app.Config{PolicyFile: file})
+	c := agentClient(t, a)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"target":"prod"}`)})
+	waitHeldInProjection(t, a, held.OpID)
+	before := a.PolicyHash()
+
+	require.NoError(t, os.WriteFile(file, []byte(base+"rules:\n  - {name: no-prod, when: 'has(args.target) && args.target == \"prod\"', action: deny, reason: frozen}\n"), 0o600))
+	require.NoError(t, a.ReloadPolicy(ctxT(t)))
+	assert.NotEqual(t, before, a.PolicyHash())
+	// A broken file changes nothing.
+	require.NoError(t, os.WriteFile(file, []byte("rules: [{name: x, when: 'tool ==', action: deny}]\n"), 0o600))
+	require.Error(t, a.ReloadPolicy(ctxT(t)))
+	after := a.PolicyHash()
+
+	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
+	require.NoError(t, err)
+	got := waitTerminal(t, a, held.OpID)
+	assert.Equal(t, events.StateDenied, got.State)
+	assert.Equal(t, events.CodeResumeDenied, got.ErrorCode)
+	assert.Contains(t, got.Error, string(events.CodePolicyDenied))
+	assert.Equal(t, "no-prod", got.Rule)
+	assert.Equal(t, after, got.PolicyHash)
+	assert.Equal(t, 0, executions(t, counter, held.OpID))
+}
+
+// Bad resolutions get their code and change nothing.
+func TestBadResolutionsChangeNothing(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"bad":"input"}`)})
+	waitHeldInProjection(t, a, held.OpID)
+	done, err := c.Submit(ctxT(t), events.Request{Workspace: "review", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{"read":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, done.State)
+
+	send := func(nc *nats.Conn, subject, body string) events.Reply {
+		t.Helper()
+		resp, err := nc.Request(subject, []byte(body), 10*time.Second)
+		require.NoError(t, err)
+		var r events.Reply
+		require.NoError(t, json.Unmarshal(resp.Data, &r))
+		return r
+	}
+	approver := connectAs(t, a, "approver")
+	subj := events.ResolveSubject("review", "approver")
+	good := func(holdID, digest string) string {
+		return fmt.Sprintf(`{"hold_id":%q,"args_digest":%q,"decision":"grant","reason":"ok"}`, holdID, digest)
+	}
+	cases := []struct {
+		name, body string
+		code       events.Code
+	}{
+		{"not JSON", `{"hold_id":`, events.CodeInvalidResolution},
+		{"a forged approver field", fmt.Sprintf(`{"hold_id":%q,"args_digest":%q,"decision":"grant","reason":"ok","approver":"ceo"}`, held.HoldID, held.ArgsDigest), events.CodeInvalidResolution},
+		{"bad hold id", good("hold_x", held.ArgsDigest), events.CodeInvalidResolution},
+		{"bad digest", good(held.HoldID, "md5:abc"), events.CodeInvalidResolution},
+		{"bad decision", fmt.Sprintf(`{"hold_id":%q,"args_digest":%q,"decision":"maybe","reason":"ok"}`, held.HoldID, held.ArgsDigest), events.CodeInvalidResolution},
+		{"no reason", fmt.Sprintf(`{"hold_id":%q,"args_digest":%q,"decision":"grant","reason":" "}`, held.HoldID, held.ArgsDigest), events.CodeInvalidResolution},
+		{"unknown hold", good(events.HoldID("op_0123456789abcdef0123456789abcdef"), held.ArgsDigest), events.CodeHoldNotFound},
+		{"an op that was never held", good(events.HoldID(done.OpID), held.ArgsDigest), events.CodeHoldNotFound},
+		{"another workspace", good(held.HoldID, held.ArgsDigest), events.CodeHoldNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := subj
+			if tc.name == "another workspace" {
+				s = events.ResolveSubject("elsewhere", "approver")
+			}
+			r := send(approver, s, tc.body)
+			assert.Equal(t, tc.code, r.Code, r.Message)
+		})
+	}
+	// A principal that is not an approver, even one the server lets
+	// publish there (Airlock's own), is refused by the gate.
+	r := send(connectAs(t, a, authority.ServiceName), events.ResolveSubject("review", "operator"), good(held.HoldID, held.ArgsDigest))
+	assert.Equal(t, events.CodeNotAuthorized, r.Code)
+
+	assert.Equal(t, []events.Type{events.TypeHeld}, testenv.OpEvents(t, a.JetStream, "review", held.OpID), "the hold is untouched")
+	_, err = approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "now properly")
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
 }

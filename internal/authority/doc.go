@@ -11,20 +11,33 @@
 // by [nats.NkeyOptionFromSeed] and by `nats --nkey`. principals.json in the
 // same directory lists the name, role and public key of every principal.
 //
+// # Accounts
+//
+// The service principal and the streams live in the NATS account
+// [ServiceAccount]; every other principal lives in [ClientAccount], which
+// has no JetStream and reaches the service account only through [Imports]
+// of the one [ServiceExport] (and the stream of agents' replies). NATS
+// does not check the reply subject a client names, but a responder's
+// answer to a client goes back to the client account, where no stream is,
+// so no reply can put a message in a stream.
+//
 // # Identity in subjects
 //
-// An approver resolves a hold by publishing to
-// airlock.v1.resolve.<workspace>.<name> and an operator controls Airlock
-// on airlock.v1.ctl.<workspace>.<name>; the server lets a principal
-// publish only under its own name, so the last token of such a subject
-// (events.CommandSubjectParts) is the authenticated principal; [Set.Lookup]
-// gives its role and public key.
+// An agent submits on airlock.v1.req.<workspace>.<name>, an approver
+// resolves a hold on airlock.v1.resolve.<workspace>.<name> and an operator
+// controls Airlock on airlock.v1.ctl.<workspace>.<name>; the server lets a
+// principal publish only under its own name, so the last token of such a
+// subject is the authenticated principal; [Set.Lookup] gives its role and
+// public key. An agent alone may subscribe to its replies,
+// airlock.v1.reply.<name>.>.
 //
 // # Enforcement
 //
-// [Permissions] gives a role's allow and deny lists. The embedded server
-// enforces them when started with [Set.ServerUsers]
-// (internal/natsrv.Config.Users); an external server enforces them with
-// the block [Set.ServerConfig] renders. docs/authority.md describes the
-// model, and what it does not protect.
+// [Permissions] gives a role's allow and deny lists in its account
+// ([Role.Account]). [Set.ServerConfig] renders both accounts, their users
+// with their permissions, the export and the imports as a nats-server
+// configuration block; [Set.WriteServerConfig] writes it, the embedded
+// server loads it (internal/natsrv.Config.AuthFile) and an external server
+// includes it. docs/authority.md describes the model, and what it does not
+// protect.
 package authority

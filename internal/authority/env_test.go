@@ -3,6 +3,7 @@ package authority_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -38,7 +39,9 @@ func start(t *testing.T, extra map[string]authority.Role) *env {
 	}
 	set, err := authority.Ensure(dir)
 	require.NoError(t, err)
-	srv, err := natsrv.Start(natsrv.Config{DataDir: dir, Listen: "127.0.0.1:-1", Users: set.ServerUsers()})
+	authFile := filepath.Join(dir, authority.AuthConfigFile)
+	require.NoError(t, set.WriteServerConfig(authFile))
+	srv, err := natsrv.Start(natsrv.Config{DataDir: dir, Listen: "127.0.0.1:-1", AuthFile: authFile})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		srv.Shutdown()
@@ -102,6 +105,33 @@ func (c *client) refused(t *testing.T, subject string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Contains(t, c.violations[before], `Publish to "`+subject+`"`)
+}
+
+// subRefused subscribes to subject and requires the server to report a
+// subscribe permission violation naming it.
+func (c *client) subRefused(t *testing.T, subject string) {
+	t.Helper()
+	before := c.count()
+	sub, err := c.nc.SubscribeSync(subject)
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, c.nc.Flush())
+	require.Eventually(t, func() bool { return c.count() > before }, 5*time.Second, 5*time.Millisecond,
+		"subscription to %s was not refused", subject)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Contains(t, c.violations[before], `Subscription to "`+subject+`"`)
+}
+
+// account is the account the server put c's connection in.
+func (e *env) account(t *testing.T, c *client) string {
+	t.Helper()
+	id, err := c.nc.GetClientID()
+	require.NoError(t, err)
+	connz, err := e.srv.Connz(&server.ConnzOptions{CID: id, Username: true})
+	require.NoError(t, err)
+	require.Len(t, connz.Conns, 1)
+	return connz.Conns[0].Account
 }
 
 // msgs is how many messages stream holds.

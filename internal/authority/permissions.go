@@ -6,22 +6,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// Subject spaces the roles share.
-const (
-	inbox      = "_INBOX.>"  // replies: nats.go request inboxes
-	discovery  = "$SRV.>"    // micro service discovery: PING, INFO, STATS
-	jsAPI      = "$JS.API."  // JetStream API prefix
-	jsAck      = "$JS.ACK.>" // acknowledgements of consumer deliveries
-	everything = ">"
-	// Every resolution and control, whatever its principal.
-	resolveAll = events.SubjectRoot + ".resolve.>"
-	controlAll = events.SubjectRoot + ".ctl.>"
-)
+const everything = ">"
 
-// Permissions returns the subject permissions of p. The caller owns the
-// result. Every role but the service has allow lists and, to make intent
-// obvious, deny lists of the subjects it must never publish to; deny wins
-// over allow.
+// Permissions returns the subject permissions of p in its account
+// (Role.Account). The caller owns the result. The service may do
+// everything in ServiceAccount. Every other role has publish allow lists
+// of the Imports it uses, and, to make intent obvious, deny lists of the
+// Airlock subjects it must never publish to; deny wins over allow. No role
+// reaches JetStream but through the read-only Imports.
 func Permissions(p Principal) *server.Permissions {
 	switch p.Role {
 	case RoleService:
@@ -31,66 +23,35 @@ func Permissions(p Principal) *server.Permissions {
 		}
 	case RoleAgent:
 		return perms(
-			join([]string{events.SubjectRoot + ".req.*", events.QueryPrefix + ".>", discovery},
-				streamInfo(streams.Ops), directGet(streams.Ops)),
-			join(airlockWrites(events.RequestSubjects), jsWrites()),
-			inbox)
+			join([]string{events.RequestSubject("*", p.Name), queries, discovery}, readStream(streams.Ops)),
+			airlockWrites(events.RequestSubjects),
+			inbox, events.ReplyPrefix(p.Name)+">")
 	case RoleApprover:
 		return perms(
-			join([]string{events.ResolveSubject("*", p.Name), events.QueryPrefix + ".>", discovery},
-				readStreams()),
-			join(airlockWrites(resolveAll), jsWrites()),
+			join([]string{events.ResolveSubject("*", p.Name), queries, discovery}, readStreams()),
+			airlockWrites(resolveAll),
 			inbox)
 	case RoleOperator:
 		return perms(
-			join([]string{events.ControlSubject("*", p.Name), events.QueryPrefix + ".>", discovery},
-				readStreams()),
-			join(airlockWrites(controlAll), jsWrites()),
+			join([]string{events.ControlSubject("*", p.Name), queries, discovery}, readStreams()),
+			airlockWrites(controlAll),
 			inbox)
 	case RoleAuditor:
-		allow := []string{events.QueryPrefix + ".>", discovery,
-			jsAPI + "INFO", jsAPI + "STREAM.NAMES", jsAPI + "STREAM.LIST"}
-		for _, s := range []string{streams.Requests, streams.Ops} {
-			allow = join(allow, streamInfo(s), directGet(s), []string{
-				jsAPI + "STREAM.MSG.GET." + s,
-				jsAPI + "CONSUMER.CREATE." + s + ".>",
-				jsAPI + "CONSUMER.INFO." + s + ".*",
-				jsAPI + "CONSUMER.DELETE." + s + ".*",
-				jsAPI + "CONSUMER.MSG.NEXT." + s + ".*",
-			})
-		}
-		deny := join(airlockWrites(""), jsWrites(), []string{jsAck})
-		for _, d := range airlockDurables {
-			c := d.stream + "." + d.consumer
-			deny = append(deny, jsAPI+"CONSUMER.CREATE."+c, jsAPI+"CONSUMER.CREATE."+c+".>",
-				jsAPI+"CONSUMER.DELETE."+c, jsAPI+"CONSUMER.MSG.NEXT."+c)
-		}
-		return perms(allow, deny, inbox, events.SubjectRoot+".>")
+		return perms(
+			join([]string{queries, discovery}, readStreams()),
+			airlockWrites(""),
+			inbox)
 	}
 	// An unknown role may do nothing.
-	return perms(nil, []string{everything}, "")
-}
-
-// airlockDurables are the durable consumers of fixed name that Airlock
-// itself works through: an auditor may not replace, delete or pull from
-// them. (The executors' consumers are named after their tools, which this
-// package does not know.)
-var airlockDurables = []struct{ stream, consumer string }{
-	{streams.Requests, streams.GateConsumer},
-	{streams.Ops, streams.ResumeConsumer},
+	return perms(nil, []string{everything})
 }
 
 func perms(pubAllow, pubDeny []string, subAllow ...string) *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pubAllow, Deny: pubDeny},
-		Subscribe: &server.SubjectPermission{},
+		Subscribe: &server.SubjectPermission{Allow: subAllow},
 	}
-	for _, s := range subAllow {
-		if s != "" {
-			p.Subscribe.Allow = append(p.Subscribe.Allow, s)
-		}
-	}
-	if len(p.Subscribe.Allow) == 0 {
+	if len(subAllow) == 0 {
 		p.Subscribe.Deny = []string{everything}
 	}
 	return p
@@ -104,9 +65,11 @@ func join(lists ...[]string) []string {
 	return out
 }
 
-// airlockWrites lists the Airlock subjects only the service publishes to
-// (and the request, resolve and control subjects, each role but its own),
-// leaving out except.
+// airlockWrites lists the Airlock subjects a client must not publish to,
+// leaving out except, the family of its own command subject: requests,
+// resolutions and controls of the other roles, the subjects only the
+// service writes, and the agents' reply subjects (in ClientAccount a
+// message there would reach the agent subscribed to it).
 func airlockWrites(except string) []string {
 	var out []string
 	for _, s := range []string{
@@ -116,6 +79,7 @@ func airlockWrites(except string) []string {
 		resolveAll,
 		controlAll,
 		events.SysSubjects,
+		replyAll,
 	} {
 		if s != except {
 			out = append(out, s)
@@ -124,42 +88,13 @@ func airlockWrites(except string) []string {
 	return out
 }
 
-// jsWrites lists the JetStream API subjects that create, change, delete or
-// purge streams and consumers, or touch the account or the cluster.
-func jsWrites() []string {
-	return []string{
-		jsAPI + "STREAM.CREATE.>",
-		jsAPI + "STREAM.UPDATE.>",
-		jsAPI + "STREAM.DELETE.>",
-		jsAPI + "STREAM.PURGE.>",
-		jsAPI + "STREAM.MSG.DELETE.>",
-		jsAPI + "STREAM.SNAPSHOT.>",
-		jsAPI + "STREAM.RESTORE.>",
-		jsAPI + "STREAM.PEER.>",
-		jsAPI + "STREAM.LEADER.>",
-		jsAPI + "CONSUMER.DURABLE.>",
-		jsAPI + "CONSUMER.PAUSE.>",
-		jsAPI + "CONSUMER.UNPIN.>",
-		jsAPI + "CONSUMER.RESET.>",
-		jsAPI + "CONSUMER.PEER.>",
-		jsAPI + "CONSUMER.LEADER.>",
-		jsAPI + "ACCOUNT.>",
-		jsAPI + "META.>",
-		jsAPI + "SERVER.>",
-	}
+// readStream lets a principal read stream without a consumer: its info
+// and a direct get by sequence or by last subject.
+func readStream(stream string) []string {
+	return []string{streamInfo(stream), directGetBody(stream), directGetLast(stream)}
 }
 
-func streamInfo(stream string) []string { return []string{jsAPI + "STREAM.INFO." + stream} }
-
-// directGet allows both forms of a direct get: by request body, and the
-// last message of a subject named in the API subject itself.
-func directGet(stream string) []string {
-	return []string{jsAPI + "DIRECT.GET." + stream, jsAPI + "DIRECT.GET." + stream + ".>"}
-}
-
-// readStreams lets a principal read both of Airlock's streams without a
-// consumer.
+// readStreams reads both of Airlock's streams.
 func readStreams() []string {
-	return join(streamInfo(streams.Requests), directGet(streams.Requests),
-		streamInfo(streams.Ops), directGet(streams.Ops))
+	return join(readStream(streams.Requests), readStream(streams.Ops))
 }

@@ -4,44 +4,60 @@ import (
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestPermissionsInvariants(t *testing.T) {
-	svc := authority.Permissions(authority.Principal{Name: "airlock", Role: authority.RoleService})
-	assert.Equal(t, []string{">"}, svc.Publish.Allow)
-	assert.Equal(t, []string{">"}, svc.Subscribe.Allow)
-	assert.Empty(t, svc.Publish.Deny)
+	svc := authority.Principal{Name: "airlock", Role: authority.RoleService}
+	perms := authority.Permissions(svc)
+	assert.Equal(t, authority.ServiceAccount, svc.Role.Account())
+	assert.Equal(t, []string{">"}, perms.Publish.Allow)
+	assert.Equal(t, []string{">"}, perms.Subscribe.Allow)
+	assert.Empty(t, perms.Publish.Deny)
 
 	for _, tc := range []struct {
 		name string
 		p    authority.Principal
-		own  string // the one command subject it may publish, if any
+		own  string   // the one command subject it may publish, if any
+		subs []string // what it may subscribe to
 	}{
-		{name: "agent", p: authority.Principal{Name: "agent", Role: authority.RoleAgent}},
-		{name: "approver", p: authority.Principal{Name: "ap2", Role: authority.RoleApprover}, own: "airlock.v1.resolve.*.ap2"},
-		{name: "operator", p: authority.Principal{Name: "op2", Role: authority.RoleOperator}, own: "airlock.v1.ctl.*.op2"},
-		{name: "auditor", p: authority.Principal{Name: "auditor", Role: authority.RoleAuditor}},
+		{name: "agent", p: authority.Principal{Name: "ag2", Role: authority.RoleAgent},
+			own: "airlock.v1.req.*.ag2", subs: []string{"_INBOX.>", "airlock.v1.reply.ag2.>"}},
+		{name: "approver", p: authority.Principal{Name: "ap2", Role: authority.RoleApprover},
+			own: "airlock.v1.resolve.*.ap2", subs: []string{"_INBOX.>"}},
+		{name: "operator", p: authority.Principal{Name: "op2", Role: authority.RoleOperator},
+			own: "airlock.v1.ctl.*.op2", subs: []string{"_INBOX.>"}},
+		{name: "auditor", p: authority.Principal{Name: "auditor", Role: authority.RoleAuditor},
+			subs: []string{"_INBOX.>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, authority.ClientAccount, tc.p.Role.Account())
 			perms := authority.Permissions(tc.p)
 			require.NotNil(t, perms.Publish)
 			require.NotNil(t, perms.Subscribe)
 			assert.Nil(t, perms.Response, "no role answers requests")
 			assert.NotContains(t, perms.Publish.Allow, ">")
-			assert.Contains(t, perms.Subscribe.Allow, "_INBOX.>")
-			for _, s := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>",
-				"$JS.API.STREAM.PURGE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.CREATE.>"} {
+			assert.Equal(t, tc.subs, perms.Subscribe.Allow)
+			assert.Empty(t, perms.Subscribe.Deny)
+			for _, s := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.reply.>"} {
 				assert.Contains(t, perms.Publish.Deny, s)
 			}
 			for _, s := range perms.Publish.Allow {
-				assert.NotContains(t, perms.Publish.Deny, s, "allowed and denied")
+				for _, d := range perms.Publish.Deny {
+					assert.False(t, server.SubjectMatchesFilter(s, d), "%s allowed and denied by %s", s, d)
+				}
+				// Whatever a client may publish leads through a service
+				// import: nothing it publishes stays in its account.
+				assert.True(t, imported(s), "%s is not imported", s)
 			}
 			if tc.own != "" {
 				assert.Contains(t, perms.Publish.Allow, tc.own)
 			}
 			assert.Contains(t, perms.Publish.Allow, "airlock.v1.q.>")
+			assert.Contains(t, perms.Publish.Allow, "$SRV.>")
+			assert.Contains(t, perms.Publish.Allow, "$JS.API.DIRECT.GET.AIRLOCK_OPS.>")
 			// Each call returns its own lists.
 			perms.Publish.Allow[0] = "changed"
 			assert.NotEqual(t, "changed", authority.Permissions(tc.p).Publish.Allow[0])
@@ -52,4 +68,40 @@ func TestPermissionsInvariants(t *testing.T) {
 	assert.Empty(t, none.Publish.Allow)
 	assert.Equal(t, []string{">"}, none.Publish.Deny)
 	assert.Equal(t, []string{">"}, none.Subscribe.Deny)
+}
+
+func imported(subject string) bool {
+	for _, im := range authority.Imports() {
+		if !im.Stream && server.SubjectMatchesFilter(subject, im.Subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestImports(t *testing.T) {
+	seen := map[string]bool{}
+	var streams []string
+	for _, im := range authority.Imports() {
+		assert.True(t, server.IsValidSubject(im.Subject), im.Subject)
+		assert.False(t, seen[im.Subject], "%s imported twice", im.Subject)
+		seen[im.Subject] = true
+		assert.NotEmpty(t, im.Why)
+		// The one export covers every service import.
+		assert.True(t, im.Stream || server.SubjectMatchesFilter(im.Subject, authority.ServiceExport))
+		if im.Stream {
+			streams = append(streams, im.Subject)
+		}
+	}
+	assert.Equal(t, []string{"airlock.v1.reply.>"}, streams)
+	// Nothing that writes to a stream other than the requests, and no
+	// JetStream API but reads.
+	for s := range seen {
+		for _, stored := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"} {
+			assert.False(t, server.SubjectsCollide(s, stored), "%s reaches %s", s, stored)
+		}
+		for _, write := range []string{"$JS.API.STREAM.DELETE.AIRLOCK_OPS", "$JS.API.CONSUMER.CREATE.AIRLOCK_OPS", "$JS.ACK.AIRLOCK_OPS.x"} {
+			assert.False(t, server.SubjectMatchesFilter(write, s), "%s imports %s", s, write)
+		}
+	}
 }

@@ -11,24 +11,43 @@ import (
 // directory by default.
 const AuthConfigFile = "nats-auth.conf"
 
-// ServerUsers returns a server user, with its Permissions, for every
-// principal: the value of natsrv.Config.Users. The caller owns the result.
-func (s *Set) ServerUsers() []*server.NkeyUser {
-	users := make([]*server.NkeyUser, 0, len(s.principals))
-	for _, p := range s.principals {
-		users = append(users, &server.NkeyUser{Nkey: p.PublicKey, Permissions: Permissions(p)})
-	}
-	return users
-}
-
-// ServerConfig renders the nats-server configuration block that gives an
-// external server the same users and permissions as ServerUsers. Include
-// it from the server's configuration file.
+// ServerConfig renders the nats-server configuration block of Airlock's
+// two accounts: ServiceAccount, with JetStream, the service principal and
+// the exports; ClientAccount, with every other principal and the Imports.
+// Each principal is an nkey user with its Permissions. The embedded server
+// loads it (internal/natsrv.Config.AuthFile) and an external server
+// includes it from its configuration file, so both enforce the same text.
 func (s *Set) ServerConfig() string {
 	var b strings.Builder
-	b.WriteString("# Airlock's principals and their permissions, written by Airlock\n" +
-		"# (internal/authority). Include this file from nats-server.conf.\n")
-	writeAuthorization(&b, s.principals)
+	b.WriteString("# Airlock's NATS accounts, principals and permissions, written by\n" +
+		"# Airlock (internal/authority) from creds/principals.json at every start\n" +
+		"# of `airlock serve`: edit the principals, not this file. An external\n" +
+		"# server includes it from its nats-server.conf; docs/authority.md\n" +
+		"# explains it.\n")
+	fmt.Fprintf(&b, "accounts {\n  # Airlock itself and its streams.\n  %s {\n    jetstream: enabled\n", ServiceAccount)
+	writeUsers(&b, s.principals, ServiceAccount)
+	b.WriteString("    exports: [\n")
+	b.WriteString("      # Every service import of " + ClientAccount + ", through one export: a reply\n" +
+		"      # that would pass through it twice is dropped (authority.ServiceExport).\n")
+	fmt.Fprintf(&b, "      { service: %q, accounts: [%s], response_type: stream }\n", ServiceExport, ClientAccount)
+	for _, im := range Imports() {
+		if im.Stream {
+			fmt.Fprintf(&b, "      # %s\n      { stream: %q, accounts: [%s] }\n", im.Why, im.Subject, ClientAccount)
+		}
+	}
+	b.WriteString("    ]\n  }\n")
+	fmt.Fprintf(&b, "  # Agents, approvers, operators and auditors. No JetStream: a message\n"+
+		"  # published here is never stored.\n  %s {\n", ClientAccount)
+	writeUsers(&b, s.principals, ClientAccount)
+	b.WriteString("    imports: [\n")
+	for _, im := range Imports() {
+		kind := "service"
+		if im.Stream {
+			kind = "stream"
+		}
+		fmt.Fprintf(&b, "      # %s\n      { %s: { account: %s, subject: %q } }\n", im.Why, kind, ServiceAccount, im.Subject)
+	}
+	b.WriteString("    ]\n  }\n}\n")
 	return b.String()
 }
 
@@ -41,35 +60,39 @@ func (s *Set) WriteServerConfig(path string) error {
 	return nil
 }
 
-func writeAuthorization(b *strings.Builder, ps []Principal) {
-	b.WriteString("authorization {\n  users = [\n")
+// writeUsers writes the users block of the principals in account.
+func writeUsers(b *strings.Builder, ps []Principal, account string) {
+	b.WriteString("    users: [\n")
 	for _, p := range ps {
+		if p.Role.Account() != account {
+			continue
+		}
 		perms := Permissions(p)
-		fmt.Fprintf(b, "    # %s (%s)\n    {\n      nkey: %s\n      permissions: {\n", p.Name, p.Role, p.PublicKey)
+		fmt.Fprintf(b, "      # %s (%s)\n      {\n        nkey: %s\n        permissions: {\n", p.Name, p.Role, p.PublicKey)
 		writeSubjects(b, "publish", perms.Publish)
 		writeSubjects(b, "subscribe", perms.Subscribe)
-		b.WriteString("      }\n    }\n")
+		b.WriteString("        }\n      }\n")
 	}
-	b.WriteString("  ]\n}\n")
+	b.WriteString("    ]\n")
 }
 
 func writeSubjects(b *strings.Builder, verb string, sp *server.SubjectPermission) {
 	if sp == nil {
 		return
 	}
-	fmt.Fprintf(b, "        %s: {\n", verb)
+	fmt.Fprintf(b, "          %s: {\n", verb)
 	writeList(b, "allow", sp.Allow)
 	writeList(b, "deny", sp.Deny)
-	b.WriteString("        }\n")
+	b.WriteString("          }\n")
 }
 
 func writeList(b *strings.Builder, key string, subjects []string) {
 	if len(subjects) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "          %s: [\n", key)
+	fmt.Fprintf(b, "            %s: [\n", key)
 	for _, s := range subjects {
-		fmt.Fprintf(b, "            %q\n", s)
+		fmt.Fprintf(b, "              %q\n", s)
 	}
-	b.WriteString("          ]\n")
+	b.WriteString("            ]\n")
 }

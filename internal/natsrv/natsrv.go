@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nkeys"
 )
 
 // MaxPayload is the largest message the embedded server accepts. It is
@@ -40,23 +39,24 @@ type Config struct {
 	SyncInterval time.Duration
 	// Logger receives the server's log at Debug and above; nil for none.
 	Logger *slog.Logger
-	// Users are the nkey users the server admits, with their permissions
-	// (internal/authority's Set.ServerUsers). When there are any, every
-	// client, in-process ones too, must authenticate as one of them; when
-	// there are none, any client may connect and do anything.
-	Users []*server.NkeyUser
+	// AuthFile is a nats-server configuration file whose accounts and
+	// users the server takes, with their imports, exports, JetStream
+	// setting and permissions (internal/authority's Set.WriteServerConfig
+	// writes one); the rest of the file is ignored. With it, every client,
+	// in-process ones too, must authenticate as one of its users, and
+	// JetStream runs only in the accounts that enable it. Without it there
+	// is one account, with JetStream, and any client may connect and do
+	// anything. JetStream keeps each account's streams apart on disk, so
+	// Start refuses a store whose streams belong to an account it will not
+	// run JetStream in: those written with an AuthFile, when started
+	// without one, and the other way round.
+	AuthFile string
 }
 
 // Start starts the server and waits until it accepts connections.
 func Start(cfg Config) (*server.Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("natsrv: DataDir is required")
-	}
-	for i, u := range cfg.Users {
-		// The server would take a bad key and admit no one with it.
-		if u == nil || !nkeys.IsValidPublicUserKey(u.Nkey) {
-			return nil, fmt.Errorf("natsrv: user %d: not an nkey user public key", i)
-		}
 	}
 	opts := &server.Options{
 		ServerName:   "airlock",
@@ -67,7 +67,14 @@ func Start(cfg Config) (*server.Server, error) {
 		SyncInterval: cfg.SyncInterval,
 		NoSigs:       true,
 		DontListen:   cfg.Listen == "",
-		Nkeys:        cfg.Users,
+	}
+	if cfg.AuthFile != "" {
+		if err := loadAuth(opts, cfg.AuthFile); err != nil {
+			return nil, fmt.Errorf("natsrv: %w", err)
+		}
+	}
+	if err := checkStore(opts); err != nil {
+		return nil, fmt.Errorf("natsrv: %w", err)
 	}
 	if cfg.Listen != "" {
 		host, port, err := splitHostPort(cfg.Listen)

@@ -23,7 +23,8 @@ const (
 	ContentTypeJSON = "application/json"
 	// ContentTypeStructured marks a structured-mode message.
 	ContentTypeStructured = "application/cloudevents+json"
-	// HeaderReplyTo names an inbox the gate answers on with a Reply.
+	// HeaderReplyTo names the subject (airlock.v1.reply.<agent>.<...>) the
+	// gate and the executors answer a request on with a Reply.
 	HeaderReplyTo = "Airlock-Reply-To"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Reply is what a request's Airlock-Reply-To inbox receives: from the gate,
+// Reply is what a request's Airlock-Reply-To subject receives: from the gate,
 // the code a bad request was rejected with, a denial, or the current state
 // of an op that already existed; from the executor, the terminal outcome
 // once it is stored. A ready op gets no reply until it ends.

@@ -76,11 +76,14 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted op has no held summary; skipped", "op", opID, "ws", ws)
 		return nil
 	}
-	typ, next := g.resumeEvent(ctx, op, gr, held)
+	typ, next, inbox := g.resumeEvent(ctx, op, gr, held)
 	if next == nil {
 		return errors.New("resume: request or controls unreadable")
 	}
-	seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, md.Sequence.Stream, typ, Source, next)
+	// The decided event carries the request's own reply subject, so the
+	// executor answers a submitter that waits on it (a retry after the
+	// grant, from the same client).
+	seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, md.Sequence.Stream, typ, Source, next, oplog.ReplyTo(inbox))
 	if oplog.IsConflict(err) {
 		last, lerr := oplog.Last(ctx, g.ops, ws, opID)
 		if lerr != nil {
@@ -98,34 +101,39 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	return nil
 }
 
-// resumeEvent is the event that follows a grant; nil when what it depends
-// on could not be read (a transient failure: the grant is redelivered).
-func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted, held *events.Held) (events.Type, any) {
-	deny := func(code events.Code, reason, hash string, d policy.Decision) (events.Type, any) {
+// resumeEvent is the event that follows a grant, and the request's valid
+// reply subject; nil when what it depends on could not be read (a
+// transient failure: the grant is redelivered).
+func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted, held *events.Held) (events.Type, any, string) {
+	deny := func(code events.Code, reason, hash string, d policy.Decision) (events.Type, any, string) {
 		return events.TypeDenied, &events.Denied{
 			OpHeader: gr.OpHeader, Code: events.CodeResumeDenied, HoldID: gr.HoldID, PolicyHash: hash,
 			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
-		}
+		}, ""
 	}
-	req, err := oplog.Request(ctx, g.reqs, held.Request.RequestSeq, op.ID)
+	req, hdr, err := oplog.RequestMsg(ctx, g.reqs, held.Request.RequestSeq, op.ID)
 	if events.CodeOf(err) == events.CodeRequestUnavailable {
 		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
 	}
 	if err != nil {
 		g.cfg.Logger.Warn("resume: request", "op", op.ID, "err", err)
-		return "", nil
+		return "", nil, ""
 	}
 	override, err := g.freshOverride(ctx, op.Workspace)
 	if err != nil {
 		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", err)
-		return "", nil
+		return "", nil, ""
 	}
 	d := g.decide(req, override)
 	if d.Outcome == policy.Deny {
 		return deny(d.Code, d.Reason, d.Hash, d)
 	}
+	inbox := hdr.Get(events.HeaderReplyTo)
+	if !events.ValidReplyTo(inbox, req.Agent) {
+		inbox = ""
+	}
 	return events.TypeDecided, &events.Decided{
 		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),
 		Reason: "granted by " + gr.Approver + ": " + gr.Reason,
-	}
+	}, inbox
 }

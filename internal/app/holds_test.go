@@ -614,3 +614,26 @@ func TestBadResolutionsChangeNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
 }
+
+// The decided event a resume appends carries the request's reply subject,
+// so a submitter waiting on the same op hears the outcome at once rather
+// than at its next poll.
+func TestResumedOpAnswersTheSubmitter(t *testing.T) {
+	// The call takes a while, so the retry below finds the op still
+	// running and only an answer (or a poll a minute later) ends its wait.
+	counter := &testexec.Counter{Dir: t.TempDir(), Delay: 500 * time.Millisecond}
+	a := testenv.StartApp(t, app.Config{Auth: true, Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	c, err := producers.New(connectAs(t, a, "agent"), producers.WithWait(20*time.Second), producers.WithPollInterval(time.Minute))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"answer":"me"}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	_, err = approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "ok")
+	require.NoError(t, err)
+	start := time.Now()
+	out, err := c.Submit(ctxT(t), req)
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, out.State)
+	assert.Less(t, time.Since(start), 10*time.Second, "answered, not polled (the poll interval is a minute)")
+}

@@ -15,14 +15,21 @@ import (
 // that is gone, does not decode or is another op's is an *events.Error
 // with code REQUEST_UNAVAILABLE; other errors are transport trouble.
 func Request(ctx context.Context, requests jetstream.Stream, seq uint64, opID string) (*events.Request, error) {
+	req, _, err := RequestMsg(ctx, requests, seq, opID)
+	return req, err
+}
+
+// RequestMsg is Request, and also returns the request message's header.
+func RequestMsg(ctx context.Context, requests jetstream.Stream, seq uint64, opID string) (*events.Request, nats.Header, error) {
 	raw, err := requests.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)
+		return nil, nil, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("fetch request %d: %w", seq, err)
+		return nil, nil, fmt.Errorf("fetch request %d: %w", seq, err)
 	}
-	return ParseRequest(raw.Header, raw.Data, seq, opID)
+	req, err := ParseRequest(raw.Header, raw.Data, seq, opID)
+	return req, raw.Header, err
 }
 
 // ParseRequest decodes the request message at seq and checks that it is the

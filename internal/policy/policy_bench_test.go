@@ -1,6 +1,7 @@
 package policy_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -111,5 +112,17 @@ func BenchmarkNew50Rules(b *testing.B) {
 		if _, err := policy.New(spec); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkDecideDefaultOtherTool is the default policy deciding a request
+// for a tool other than exec: its one rule stops at `tool == "exec"`, so
+// the pipeline's echo ops pay little for it.
+func BenchmarkDecideDefaultOtherTool(b *testing.B) {
+	req := &events.Request{Workspace: "bench", Agent: "bench", Tool: "echo", Args: json.RawMessage(`{"n":1,"text":"hello"}`)}
+	p := policy.Default()
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Decide(req, "")
 	}
 }

@@ -217,3 +217,56 @@ func TestCredsCLI(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, out, `"approver":"alice"`)
 }
+
+// A pending hold survives a crash of serve (SIGKILL): the retry after the
+// restart gets the same hold, the hold is still listed, and its grant runs
+// the op once.
+func TestHoldSurvivesServeCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess crash test")
+	}
+	dir, ledger, addr := t.TempDir(), t.TempDir(), freePort(t)
+	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
+	srv := startServer(t, dir, addr, env, "--workspace-mode", "review=confirm")
+	submit := func() (string, string) {
+		out, _, code := srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", `{"survive":true}`, "--json")
+		require.Equal(t, 3, code, out)
+		var held struct {
+			OpID   string `json:"op_id"`
+			HoldID string `json:"hold_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &held))
+		return held.OpID, held.HoldID
+	}
+	opID, holdID := submit()
+	srv.kill()
+
+	srv = startServer(t, dir, addr, env, "--workspace-mode", "review=confirm")
+	op2, hold2 := submit()
+	assert.Equal(t, opID, op2)
+	assert.Equal(t, holdID, hold2, "the same hold after the crash")
+	var holds []struct {
+		HoldID string `json:"hold_id"`
+	}
+	require.Eventually(t, func() bool {
+		out, _, code := srv.run(t, "holds", "list", "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &holds) == nil && len(holds) == 1
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, holdID, holds[0].HoldID)
+	out, _, code := srv.run(t, "holds", "grant", holdID, "--reason", "after the crash")
+	require.Equal(t, 0, code, out)
+	require.Eventually(t, func() bool {
+		out, _, code = srv.run(t, "ops", "get", opID, "--json")
+		return code == 0 && strings.Contains(out, `"state":"completed"`)
+	}, 10*time.Second, 50*time.Millisecond)
+	entries, err := os.ReadDir(ledger)
+	require.NoError(t, err)
+	ran := 0
+	for _, e := range entries {
+		if e.Name() == opID {
+			ran++
+		}
+		assert.NotEqual(t, "DOUBLE", e.Name())
+	}
+	assert.Equal(t, 1, ran)
+}

@@ -39,11 +39,18 @@ const (
 	CodeNotAuthorized       Code = "NOT_AUTHORIZED"
 
 	// Execution.
-	CodeNoExecutor         Code = "NO_EXECUTOR"
-	CodeExecutorFailed     Code = "EXECUTOR_FAILED"
-	CodeResultTooLarge     Code = "RESULT_TOO_LARGE"
-	CodeRequestUnavailable Code = "REQUEST_UNAVAILABLE"
-	CodeAmbiguous          Code = "EXECUTION_AMBIGUOUS"
+	CodeNoExecutor          Code = "NO_EXECUTOR"
+	CodeExecutorFailed      Code = "EXECUTOR_FAILED"
+	CodeResultTooLarge      Code = "RESULT_TOO_LARGE"
+	CodeRequestUnavailable  Code = "REQUEST_UNAVAILABLE"
+	CodeAmbiguous           Code = "EXECUTION_AMBIGUOUS"
+	CodeOperandsChanged     Code = "OPERANDS_CHANGED"
+	CodePrivilegeEscalation Code = "PRIVILEGE_ESCALATION"
+	CodePathEscape          Code = "PATH_ESCAPE"
+	CodeInvalidPatch        Code = "INVALID_PATCH"
+	CodePatchConflict       Code = "PATCH_CONFLICT"
+	CodeRemoteUnavailable   Code = "REMOTE_UNAVAILABLE"
+	CodeNoWorkspaceRoot     Code = "NO_WORKSPACE_ROOT"
 
 	// Queries and transport.
 	CodeNotFound     Code = "NOT_FOUND"
@@ -60,6 +67,8 @@ var AllCodes = []Code{
 	CodeHoldNotFound, CodeHoldResolved, CodeGrantDigestMismatch, CodeApprovalDenied, CodeResumeDenied,
 	CodeInvalidResolution, CodeInvalidControl, CodeNotAuthorized,
 	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
+	CodeOperandsChanged, CodePrivilegeEscalation, CodePathEscape, CodeInvalidPatch, CodePatchConflict,
+	CodeRemoteUnavailable, CodeNoWorkspaceRoot,
 	CodeNotFound, CodeInvalidQuery, CodeUnavailable, CodeInternal,
 }
 

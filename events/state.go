@@ -77,6 +77,9 @@ type Op struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	ArgsDigest  string `json:"args_digest,omitempty"`
 	RequestSeq  uint64 `json:"request_seq,omitempty"`
+	// Operands are the files the call touches and their hashes at the
+	// decision.
+	Operands map[string]string `json:"operands,omitempty"`
 	PolicyHash  string `json:"policy_hash,omitempty"`
 	Reason      string `json:"reason,omitempty"`
 	HoldID      string `json:"hold_id,omitempty"`
@@ -164,7 +167,7 @@ func (op *Op) summary(s *Summary) {
 		return
 	}
 	op.Agent, op.Tool, op.Class = s.Agent, s.Tool, s.Class
-	op.Fingerprint, op.ArgsDigest, op.RequestSeq = s.Fingerprint, s.ArgsDigest, s.RequestSeq
+	op.Fingerprint, op.ArgsDigest, op.RequestSeq, op.Operands = s.Fingerprint, s.ArgsDigest, s.RequestSeq, s.Operands
 }
 
 // next is the transition table.

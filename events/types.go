@@ -74,6 +74,10 @@ type Summary struct {
 	// RequestSeq is the stream sequence of the tool.requested message that
 	// carries the args.
 	RequestSeq uint64 `json:"request_seq"`
+	// Operands are the content hashes of the workspace files the call will
+	// touch, by path, as the gate found them when it decided: the executor
+	// takes them again after its claim and runs nothing if one changed.
+	Operands map[string]string `json:"operands,omitempty"`
 }
 
 // OpHeader is the part every op event carries.

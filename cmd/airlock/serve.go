@@ -88,6 +88,11 @@ func newServe(g *globals) *cobra.Command {
 	f.StringToStringVar(&wsModes, "workspace-mode", nil, "permission mode of a workspace, WS=auto|confirm|locked (repeatable; anything else is locked)")
 	f.StringVar(&cfg.Policy.DefaultMode, "default-mode", "auto", "permission mode of workspaces not named by --workspace-mode")
 	f.StringToStringVar(&cfg.Policy.Tools, "tool-class", nil, "capability class of a tool, TOOL=read|write|exec|network|destructive (repeatable; overrides the executor's own)")
+	f.StringSliceVar(&cfg.Tools.ExecEnv, "exec-env", nil, "variables of this environment an exec child gets (default PATH only)")
+	f.DurationVar(&cfg.Tools.ExecTimeout, "exec-timeout", 30*time.Second, "default timeout of an exec call (its args may set timeout_ms)")
+	f.StringVar(&cfg.Tools.Bubblewrap, "bubblewrap", "", "path of bwrap: run every exec call inside bubblewrap (see docs/exec.md)")
+	f.StringToStringVar(&cfg.Tools.Remote, "remote-tool", nil, "a remote tool and the NATS subject its tool server listens on, TOOL=SUBJECT (repeatable; see docs/remote.md)")
+	f.DurationVar(&cfg.Tools.RemoteTimeout, "remote-timeout", 30*time.Second, "timeout of a remote tool call")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&noAuth, "no-auth", false, "admit every client with every permission (no credentials): only for a private, single-user machine")
 	return cmd

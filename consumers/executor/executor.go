@@ -58,6 +58,20 @@ type Executor interface {
 	Recover(ctx context.Context, c Call, lost string) (Recovery, error)
 }
 
+// Operands is implemented by executors whose calls read or write files in
+// the workspace (a patch's targets, a script exec runs). The gate records
+// the hashes when it decides, so a hold covers them; the runner takes them
+// again once it holds the claim and, if any changed, fails the op with
+// OPERANDS_CHANGED before anything runs.
+type Operands interface {
+	// Operands returns, by path relative to the workspace root, the
+	// content hash ("sha256:<hex>", or "absent" for a file that does not
+	// exist) of every file the call with args would touch. A call that
+	// touches none returns an empty map. Args that do not parse are the
+	// same *events.Error Execute would return.
+	Operands(ctx context.Context, ws string, args json.RawMessage) (map[string]string, error)
+}
+
 // Registry holds the executors of one process. It is a value, not a
 // global: build one and hand it to the Runner. Register before Run; the
 // registry is read-only afterwards and then safe for concurrent use.

@@ -33,7 +33,11 @@ func (r *Runner) answer(item work, data any) {
 // execute runs the call under the claim at claimSeq and records the result.
 func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool) error {
 	start := time.Now()
-	result, xerr := ex.Execute(ctx, call)
+	var result json.RawMessage
+	xerr := operandsUnchanged(ctx, ex, call, item.Operands)
+	if xerr == nil {
+		result, xerr = ex.Execute(ctx, call)
+	}
 	if ctx.Err() != nil && xerr != nil {
 		// Shut down mid-call: the claim stands and recovery decides.
 		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
@@ -84,6 +88,12 @@ func outcome(call Call, item work, result json.RawMessage, xerr error, took time
 	}
 	if xerr != nil {
 		var e *events.Error
+		if errors.As(xerr, &e) && e.Code == events.CodeAmbiguous {
+			// The executor cannot tell whether its call took effect (a
+			// remote call whose answer was lost, say): never failed, never
+			// run again.
+			return events.TypeAmbiguous, &events.Ambiguous{OpHeader: hdr(item), Attempt: call.Attempt, Code: e.Code, Known: e.Message}
+		}
 		if errors.As(xerr, &e) {
 			return failed(e.Code, e.Message)
 		}

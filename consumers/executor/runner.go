@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -208,8 +209,13 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	outs := make(map[*job]ran, len(run))
 	var mu sync.Mutex
 	r.each(run, func(j *job) {
+		failpoint.Hit(failpoint.AfterClaim, ex.Tool())
 		start := time.Now()
-		res, err := ex.Execute(ctx, j.call)
+		var res json.RawMessage
+		err := operandsUnchanged(ctx, ex, j.call, j.d.item.Operands)
+		if err == nil {
+			res, err = ex.Execute(ctx, j.call)
+		}
 		mu.Lock()
 		outs[j] = ran{res, err, time.Since(start)}
 		mu.Unlock()
@@ -220,6 +226,12 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		if ctx.Err() != nil && o.err != nil {
 			// Shut down mid-call: the claim stands and recovery decides.
 			j.err = fmt.Errorf("execute %s: %w", j.d.item.OpID, ctx.Err())
+			continue
+		}
+		if err := failpoint.Err(failpoint.RecordError, ex.Tool()); err != nil {
+			// As if storing the outcome failed after the side effect: the
+			// claim stands, nobody is told anything, recovery decides.
+			j.err = err
 			continue
 		}
 		typ, data := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
@@ -233,6 +245,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		switch {
 		case err == nil:
 			r.answer(j.d.item, records[i].Data())
+			failpoint.Hit(failpoint.AfterResult, ex.Tool())
 		case !errors.Is(err, oplog.ErrConflict):
 			o := outs[j]
 			j.err = r.record(ctx, j.call, j.d.item, j.seq, o.result, o.err, o.took, false)
@@ -241,6 +254,39 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	for _, j := range jobs {
 		r.settle(j)
 	}
+}
+
+// operandsUnchanged takes the hashes of the call's operands again, now
+// that the claim is held, and refuses to run (OPERANDS_CHANGED) if any
+// differs from what the gate recorded when it decided: what was checked,
+// and perhaps approved, is what runs.
+func operandsUnchanged(ctx context.Context, ex Executor, call Call, want map[string]string) error {
+	ob, ok := ex.(Operands)
+	if !ok {
+		return nil
+	}
+	now, err := ob.Operands(ctx, call.Workspace, call.Args)
+	if err != nil {
+		return err
+	}
+	for path, h := range now {
+		if want[path] != h {
+			return events.Errorf(events.CodeOperandsChanged, "%s changed since the decision (was %s, is %s); nothing ran", path, orAbsent(want[path]), h)
+		}
+	}
+	for path, h := range want {
+		if _, ok := now[path]; !ok {
+			return events.Errorf(events.CodeOperandsChanged, "%s (%s at the decision) is no longer an operand; nothing ran", path, h)
+		}
+	}
+	return nil
+}
+
+func orAbsent(h string) string {
+	if h == "" {
+		return "not recorded"
+	}
+	return h
 }
 
 // work is what an executor needs from a decided event.
@@ -252,6 +298,8 @@ type work struct {
 	RequestSeq uint64 // the tool.requested message that carries the args
 	ReadySeq   uint64 // the decided event: what the claim expects
 	ReplyTo    string // the request's Airlock-Reply-To inbox, if any
+	// Operands are the file hashes the gate recorded at the decision.
+	Operands map[string]string
 }
 
 // newJob reads a decided event; nil means it was settled here.
@@ -272,6 +320,7 @@ func (r *Runner) newJob(m jetstream.Msg) *job {
 	item := work{
 		OpID: d.OpID, Workspace: d.Workspace, Agent: d.Request.Agent, Tool: d.Request.Tool,
 		RequestSeq: d.Request.RequestSeq, ReadySeq: md.Sequence.Stream, ReplyTo: m.Headers().Get(events.HeaderReplyTo),
+		Operands: d.Request.Operands,
 	}
 	if !r.inflight.take(item.OpID) {
 		return nil // another delivery is in hand here; leave this one alone

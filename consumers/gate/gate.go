@@ -40,6 +40,13 @@ type Config struct {
 	// Clock tells the time for hold expiries and control expiries; default
 	// time.Now.
 	Clock func() time.Time
+	// Operands, when set, hashes the workspace files a request would touch
+	// (nil map for a tool that touches none). The hashes go into the op's
+	// summary, so a hold covers them and the executor runs nothing if one
+	// changed by the time it claims the op. An error (args of the wrong
+	// shape, a path that escapes the workspace) denies the op with its
+	// code.
+	Operands func(ctx context.Context, req *events.Request) (map[string]string, error)
 	// Tools, when set, lists the tools some executor serves: a request the
 	// policy allows for any other tool is denied with NO_EXECUTOR rather
 	// than left ready for ever. Nil when executors run elsewhere.
@@ -270,7 +277,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	}
 	fp, opID := req.Identity()
 	a := &admission{m: m, req: req, reqSeq: md.Sequence.Stream, opID: opID}
-	typ, data := g.firstEvent(req, fp, a.opID, a.reqSeq)
+	typ, data := g.firstEvent(ctx, req, fp, a.opID, a.reqSeq)
 	a.state = events.StateAfter(typ)
 	if typ == events.TypeDenied {
 		a.state = events.StateDenied
@@ -347,9 +354,18 @@ func (g *Gate) decide(req *events.Request, override policy.Mode) policy.Decision
 // firstEvent is the op's first event for a valid request: decided when
 // policy allows it, held when it waits for an approver, denied otherwise.
 // Each carries the request summary.
-func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
+func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
 	now := g.cfg.Clock()
 	d := g.decide(req, g.modes.override(req.Workspace, now))
+	var operands map[string]string
+	if d.Outcome != policy.Deny && g.cfg.Operands != nil {
+		var err error
+		if operands, err = g.cfg.Operands(ctx, req); err != nil {
+			e := &events.Error{Code: events.CodeInvalidArgs, Message: err.Error()}
+			errors.As(err, &e)
+			d.Outcome, d.Code, d.Reason = policy.Deny, e.Code, e.Message
+		}
+	}
 	sum := &events.Summary{
 		Fingerprint:    fingerprint,
 		Agent:          req.Agent,
@@ -358,6 +374,7 @@ func (g *Gate) firstEvent(req *events.Request, fingerprint, opID string, reqSeq 
 		ArgsDigest:     events.ArgsDigest(req.Args),
 		IdempotencyKey: req.IdempotencyKey,
 		RequestSeq:     reqSeq,
+		Operands:       operands,
 	}
 	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
 	switch d.Outcome {

@@ -59,6 +59,8 @@ type Config struct {
 	// an external NATS, Airlock connects with DataDir/creds/airlock.creds
 	// and records resolutions and controls by the principals listed there.
 	Auth bool
+	// Tools configures the built-in tools exec, apply_patch and remote.
+	Tools ToolsConfig
 	// HoldExpiryInterval is how often held ops are checked for expiry;
 	// zero for the default (1s).
 	HoldExpiryInterval time.Duration
@@ -187,7 +189,11 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	reg, err := executor.NewRegistry(append([]executor.Executor{executor.Echo{}}, cfg.Executors...)...)
+	tools, err := a.builtinTools(cfg)
+	if err != nil {
+		return err
+	}
+	reg, err := executor.NewRegistry(append(tools, cfg.Executors...)...)
 	if err != nil {
 		return err
 	}
@@ -204,7 +210,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	gcfg := gate.Config{
 		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
-		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger,
+		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg),
 	}
 	if a.Authority != nil {
 		gcfg.Principals = a.principal

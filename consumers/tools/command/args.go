@@ -1,0 +1,159 @@
+package command
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+)
+
+// Args are an exec call's arguments: {"argv": [...], "timeout_ms": N?}.
+type Args struct {
+	// Argv is the program and its arguments; Argv[0] is run directly,
+	// never through a shell.
+	Argv []string `json:"argv"`
+	// TimeoutMS is the call's timeout in milliseconds; 0 means the
+	// configured default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// ParseArgs decodes raw strictly: exactly the fields argv (a non-empty
+// array of at most MaxArgv strings, MaxArgvBytes in all, none holding a
+// NUL byte, argv[0] not empty) and optionally timeout_ms (an integer from
+// 1 to maxTimeout in milliseconds); no other field, no field twice, no
+// null, nothing after the object. Every refusal is an INVALID_ARGS
+// *events.Error.
+func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
+	fields, err := objectFields(raw)
+	if err != nil {
+		return Args{}, invalid("args must be a JSON object: %v", err)
+	}
+	var a Args
+	for _, f := range fields {
+		if string(f.value) == "null" {
+			return Args{}, invalid("%s must not be null", f.name)
+		}
+		switch f.name {
+		case "argv":
+			var argv []*string
+			if err := decodeOne(f.value, &argv); err != nil {
+				return Args{}, invalid("argv must be an array of strings: %v", err)
+			}
+			a.Argv = make([]string, len(argv))
+			for i, s := range argv {
+				if s == nil {
+					return Args{}, invalid("argv[%d] is null", i)
+				}
+				a.Argv[i] = *s
+			}
+		case "timeout_ms":
+			if err := decodeOne(f.value, &a.TimeoutMS); err != nil {
+				return Args{}, invalid("timeout_ms must be an integer: %v", err)
+			}
+			if a.TimeoutMS <= 0 {
+				return Args{}, invalid("timeout_ms must be positive, got %d", a.TimeoutMS)
+			}
+			if a.TimeoutMS > maxTimeout.Milliseconds() {
+				return Args{}, invalid("timeout_ms %d above the limit %d", a.TimeoutMS, maxTimeout.Milliseconds())
+			}
+		default:
+			return Args{}, invalid("unknown field %q (want argv, timeout_ms)", f.name)
+		}
+	}
+	if len(a.Argv) == 0 {
+		return Args{}, invalid("argv is missing or empty")
+	}
+	if len(a.Argv) > MaxArgv {
+		return Args{}, invalid("argv has %d entries, limit %d", len(a.Argv), MaxArgv)
+	}
+	total := 0
+	for i, s := range a.Argv {
+		total += len(s)
+		if strings.IndexByte(s, 0) >= 0 {
+			return Args{}, invalid("argv[%d] holds a NUL byte", i)
+		}
+	}
+	if total > MaxArgvBytes {
+		return Args{}, invalid("argv is %d bytes, limit %d", total, MaxArgvBytes)
+	}
+	if a.Argv[0] == "" {
+		return Args{}, invalid("argv[0] is empty")
+	}
+	return a, nil
+}
+
+// Timeout is the call's timeout: TimeoutMS, or def when it is 0.
+func (a Args) Timeout(def time.Duration) time.Duration {
+	if a.TimeoutMS == 0 {
+		return def
+	}
+	return time.Duration(a.TimeoutMS) * time.Millisecond
+}
+
+type field struct {
+	name  string
+	value json.RawMessage
+}
+
+// objectFields splits one JSON object into its fields, in order, refusing
+// anything else, a repeated name, or data after the object.
+func objectFields(b []byte) ([]field, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, fmt.Errorf("got %v", tok)
+	}
+	var out []field
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		name, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("key %v is not a string", tok)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("field %q repeated", name)
+		}
+		seen[name] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, field{name, v})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the object")
+	}
+	return out, nil
+}
+
+// decodeOne decodes exactly one JSON value into v.
+func decodeOne(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the value")
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return events.Errorf(events.CodeInvalidArgs, "exec: "+format, args...)
+}

@@ -1,0 +1,83 @@
+package patch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+)
+
+// Recover decides a lost attempt from the op's ledger and the files as they
+// are now:
+//
+//   - no ledger: the attempt never reached its first write; Rerun.
+//   - every file at its post-image: the patch took effect; Done with the
+//     result Execute would have returned.
+//   - every file at its pre-image: nothing was written; Rerun, and the new
+//     attempt checks everything again (and overwrites the ledger).
+//   - anything else: Ambiguous, Known naming each file and whether it holds
+//     its pre-image, its post-image or neither.
+//
+// A ledger that does not decode is Ambiguous. A workspace whose root is
+// gone is an error, so recovery is tried again once it is back.
+func (p *Patch) Recover(_ context.Context, c executor.Call, lost string) (executor.Recovery, error) {
+	l, err := p.readLedger(c.OpID)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		p.cfg.Logger.Info("apply_patch: no ledger, nothing was written", "op", c.OpID, "attempt", lost)
+		return executor.Recovery{Action: executor.Rerun}, nil
+	case errors.Is(err, errTornLedger):
+		return executor.Recovery{Action: executor.Ambiguous, Known: "apply_patch: the ledger does not decode; the files are unknown"}, nil
+	case err != nil:
+		return executor.Recovery{}, err
+	}
+	root, err := p.openRoot(c.Workspace)
+	if err != nil {
+		return executor.Recovery{}, fmt.Errorf("apply_patch: recover %s: %w", c.OpID, err)
+	}
+	defer root.Close()
+	allPre, allPost := true, true
+	states := make([]string, len(l.Files))
+	for i, f := range l.Files {
+		cur, err := currentHash(root, f.Path)
+		switch events.CodeOf(err) {
+		case "":
+		case events.CodePathEscape, events.CodePatchConflict:
+			cur = "unreadable (" + err.Error() + ")"
+		default:
+			return executor.Recovery{}, fmt.Errorf("apply_patch: recover %s: %w", c.OpID, err)
+		}
+		isPre, isPost := cur == f.Pre, cur == f.Post
+		allPre, allPost = allPre && isPre, allPost && isPost
+		switch {
+		case isPost:
+			states[i] = f.Path + " holds its post-image"
+		case isPre:
+			states[i] = f.Path + " holds its pre-image"
+		default:
+			states[i] = f.Path + " holds neither: " + cur
+		}
+	}
+	log := p.cfg.Logger.With("op", c.OpID, "attempt", lost, "ledger_attempt", l.Attempt)
+	switch {
+	case allPost:
+		b, err := json.Marshal(Result{Files: l.Files})
+		if err != nil {
+			return executor.Recovery{}, fmt.Errorf("apply_patch: recover %s: %w", c.OpID, err)
+		}
+		log.Info("apply_patch: every file at its post-image; done")
+		return executor.Recovery{Action: executor.Done, Result: b}, nil
+	case allPre:
+		log.Info("apply_patch: every file at its pre-image; running again")
+		return executor.Recovery{Action: executor.Rerun}, nil
+	}
+	known := fmt.Sprintf("apply_patch: files in doubt (ledger of attempt %s): %s",
+		l.Attempt, strings.Join(states, "; "))
+	log.Info("apply_patch: files in doubt; ambiguous")
+	return executor.Recovery{Action: executor.Ambiguous, Known: known}, nil
+}

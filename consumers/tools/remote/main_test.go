@@ -1,0 +1,12 @@
+package remote_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Every goroutine a test starts (NATS, Airlock) must be gone when it ends.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,89 @@
+package remote
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/nats-io/nats.go"
+)
+
+// Recover decides a lost attempt from the tool server's status of it:
+//
+//   - done with a result: Done with that result;
+//   - done with EXECUTION_AMBIGUOUS: Ambiguous with the server's message;
+//   - done with another error: Rerun, which the server answers with its
+//     recorded error (it is idempotent per op id), failing the op;
+//   - never: Rerun, under a new attempt (the server now refuses the lost
+//     one);
+//   - running, unknown, an error, no answer, no status responder:
+//     Ambiguous, saying what is known.
+//
+// It returns an error only when ctx ends first: the claim then stands and
+// recovery asks again later.
+func (r *Remote) Recover(ctx context.Context, c executor.Call, lost string) (executor.Recovery, error) {
+	st, said := r.status(ctx, c.OpID, lost)
+	if ctx.Err() != nil {
+		return executor.Recovery{}, fmt.Errorf("recover %s from %s: %w", c.OpID, r.StatusSubject(), ctx.Err())
+	}
+	if st != nil {
+		switch {
+		case st.State == StateDone && st.Error == nil:
+			return executor.Recovery{Action: executor.Done, Result: st.Result}, nil
+		case st.State == StateDone && events.Code(st.Error.Code) == events.CodeAmbiguous:
+			return executor.Recovery{Action: executor.Ambiguous, Known: r.failure(st.Error).Message}, nil
+		case st.State == StateDone, st.State == StateNever:
+			return executor.Recovery{Action: executor.Rerun}, nil
+		}
+	}
+	return executor.Recovery{
+		Action: executor.Ambiguous,
+		Known:  fmt.Sprintf("remote call to %s, attempt %s, lost with its runner; status: %s", r.cfg.Subject, lost, said),
+	}, nil
+}
+
+// status asks the tool server what became of attempt of op. It returns the
+// reply when there is one that parses and states something, and always a
+// description of what was learnt for an ambiguous op's message.
+func (r *Remote) status(ctx context.Context, op, attempt string) (*StatusReply, string) {
+	subject := r.StatusSubject()
+	body, err := json.Marshal(StatusRequest{V: Version, OpID: op, Attempt: attempt})
+	if err != nil {
+		return nil, "query not sent: " + err.Error()
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.StatusTimeout)
+	defer cancel()
+	msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(HeaderOpID, op)
+	msg.Header.Set(HeaderAttempt, attempt)
+	m, err := r.cfg.Conn.RequestMsgWithContext(qctx, msg)
+	switch {
+	case err == nil:
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, "no status responder on " + subject
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Sprintf("no answer on %s in %s", subject, r.cfg.StatusTimeout)
+	default:
+		return nil, "query on " + subject + " failed: " + err.Error()
+	}
+	st, err := DecodeStatusReply(m.Data)
+	if err != nil {
+		return nil, "reply on " + subject + " is not protocol v1 (" + err.Error() + ")"
+	}
+	if st.State == "" {
+		return nil, "the tool server refused the query: " + truncate(st.Error.Error(), maxMessageBytes)
+	}
+	r.cfg.Logger.Debug("remote status", "op", op, "subject", subject, "state", st.State)
+	return st, said[st.State]
+}
+
+// said describes each state in an ambiguous op's message.
+var said = map[State]string{
+	StateDone:    "done",
+	StateNever:   "never",
+	StateRunning: "running (the tool server started it and has no outcome yet)",
+	StateUnknown: "unknown (the tool server cannot tell whether it ran)",
+}

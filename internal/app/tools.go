@@ -1,0 +1,81 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/consumers/tools/command"
+	"github.com/airlock-dev/airlock/consumers/tools/patch"
+	"github.com/airlock-dev/airlock/consumers/tools/remote"
+	"github.com/airlock-dev/airlock/events"
+)
+
+// ToolsConfig configures the built-in tools. The zero value registers
+// echo, exec and apply_patch with their defaults and no remote tool.
+type ToolsConfig struct {
+	// ExecEnv names the variables of Airlock's environment an exec child
+	// gets; nil for the default (PATH).
+	ExecEnv []string
+	// ExecTimeout is an exec call's default timeout; zero for 30s.
+	ExecTimeout time.Duration
+	// Bubblewrap is the bwrap binary exec runs every call in; empty for
+	// none.
+	Bubblewrap string
+	// Remote maps a remote tool's name to the NATS subject its tool server
+	// listens on (see docs/remote.md).
+	Remote map[string]string
+	// RemoteTimeout is a remote call's timeout; zero for 30s.
+	RemoteTimeout time.Duration
+}
+
+// builtinTools builds echo, exec, apply_patch and the remote tools. Exec
+// and apply_patch keep their ledgers in DataDir/ledger and work under the
+// workspace root the policy in force names.
+func (a *App) builtinTools(cfg Config) ([]executor.Executor, error) {
+	root := func(ws string) string {
+		if a.gate == nil {
+			return ""
+		}
+		return a.gate.Policy().Root(ws)
+	}
+	ex, err := command.New(command.Config{
+		Root: root, LedgerDir: filepath.Join(cfg.DataDir, "ledger", "exec"),
+		EnvAllow: cfg.Tools.ExecEnv, DefaultTimeout: cfg.Tools.ExecTimeout,
+		Bubblewrap: cfg.Tools.Bubblewrap, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pt, err := patch.New(patch.Config{Root: root, LedgerDir: filepath.Join(cfg.DataDir, "ledger", "patch"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	tools := []executor.Executor{executor.Echo{}, ex, pt}
+	for name, subject := range cfg.Tools.Remote {
+		r, err := remote.New(remote.Config{Conn: a.Conn, Tool: name, Subject: subject, Timeout: cfg.Tools.RemoteTimeout, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("app: remote tool %s: %w", name, err)
+		}
+		tools = append(tools, r)
+	}
+	return tools, nil
+}
+
+// operandsOf hashes a request's operands with its tool's executor, for the
+// gate; tools that touch no files have none.
+func operandsOf(reg *executor.Registry) func(context.Context, *events.Request) (map[string]string, error) {
+	return func(ctx context.Context, req *events.Request) (map[string]string, error) {
+		ex, ok := reg.Lookup(req.Tool)
+		if !ok {
+			return nil, nil
+		}
+		ob, ok := ex.(executor.Operands)
+		if !ok {
+			return nil, nil
+		}
+		return ob.Operands(ctx, req.Workspace, req.Args)
+	}
+}

@@ -1,0 +1,36 @@
+// Package failpoint names the points in the execution path where a crash
+// test kills the process: after a claim and before any side effect, after
+// the side effect and before its result is stored, after the result and
+// before the acknowledgement, between the files of a patch. A failpoint
+// can also inject an error where a result is stored.
+//
+// Failpoints exist only in binaries built with the airlocktest tag. There,
+// AIRLOCK_FAILPOINT arms them: a comma-separated list of NAME or
+// NAME:TOOL (armed for that tool only), and NAME=error for the error
+// points. An armed kill point sends the process SIGKILL, so no deferred
+// code, flush or shutdown runs: what the crash leaves is what a real crash
+// would. In every other build Hit and Err do nothing and cost nothing.
+package failpoint
+
+// The failpoints.
+const (
+	// AfterClaim: the claim is stored, nothing has run.
+	AfterClaim = "after-claim"
+	// AfterEffect: the executor's side effect happened, its result is not
+	// stored. Executors call it right after the effect.
+	AfterEffect = "after-effect"
+	// AfterResult: the terminal event is stored, the work item is not
+	// acknowledged.
+	AfterResult = "after-result"
+	// PatchBetweenFiles: a patch wrote some of its files, not all.
+	PatchBetweenFiles = "patch-between-files"
+	// RecordError (an error point): storing the terminal event fails
+	// after the side effect, as a NATS write error would.
+	RecordError = "record-error"
+)
+
+// Kills lists the kill points, for harnesses that try each.
+var Kills = []string{AfterClaim, AfterEffect, AfterResult, PatchBetweenFiles}
+
+// EnvVar arms failpoints in test builds.
+const EnvVar = "AIRLOCK_FAILPOINT"

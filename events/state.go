@@ -79,10 +79,10 @@ type Op struct {
 	RequestSeq  uint64 `json:"request_seq,omitempty"`
 	// Operands are the files the call touches and their hashes at the
 	// decision.
-	Operands map[string]string `json:"operands,omitempty"`
-	PolicyHash  string `json:"policy_hash,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	HoldID      string `json:"hold_id,omitempty"`
+	Operands   map[string]string `json:"operands,omitempty"`
+	PolicyHash string            `json:"policy_hash,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
+	HoldID     string            `json:"hold_id,omitempty"`
 	// HoldExpiresAt is when a hold expires unresolved.
 	HoldExpiresAt *time.Time `json:"hold_expires_at,omitempty"`
 	// Approver names who resolved the hold, and Resolution how.

@@ -73,6 +73,10 @@ func newBench() *cobra.Command {
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
 			}
+			if res.Execs > 0 {
+				fmt.Fprintf(w, "exec of /bin/true:           %10.0f ops/s   (pipeline, %d at a time)\n", res.ExecOpsPerS, res.ExecConcurrency)
+				fmt.Fprintf(w, "bare fork/exec of /bin/true: %10.0f /s      (overhead x%.2f)\n", res.ForkExecPerS, res.ExecOverhead)
+			}
 			return nil
 		},
 	}
@@ -80,6 +84,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Ops, "ops", 20000, "echo ops to run")
 	f.IntVar(&cfg.Concurrency, "concurrency", 512, "submits in flight")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
+	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")

@@ -37,6 +37,9 @@ type Config struct {
 	// Holds is the number of held ops granted in the hold phase, after
 	// the pipeline phase; default 200, -1 for none.
 	Holds int
+	// Execs is the number of exec ops of /bin/true in the exec phase,
+	// measured against as many bare fork/execs; default 500, -1 for none.
+	Execs int
 	// Progress, when set, is called after each completed op.
 	Progress func(done int)
 }
@@ -62,6 +65,14 @@ type Result struct {
 	Holds     int     `json:"holds"`
 	HoldP50MS float64 `json:"hold_p50_ms"`
 	HoldP99MS float64 `json:"hold_p99_ms"`
+	// Execs exec ops of /bin/true ran through the pipeline at ExecOpsPerS;
+	// the same number of bare fork/execs ran at ForkExecPerS, both
+	// ExecConcurrency at a time. ExecOverhead is their ratio.
+	Execs           int     `json:"execs"`
+	ExecConcurrency int     `json:"exec_concurrency"`
+	ExecOpsPerS     float64 `json:"exec_ops_per_s"`
+	ForkExecPerS    float64 `json:"fork_exec_per_s"`
+	ExecOverhead    float64 `json:"exec_overhead"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -76,6 +87,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.Holds == 0 {
 		cfg.Holds = 200
+	}
+	if cfg.Execs == 0 {
+		cfg.Execs = 500
 	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
@@ -103,13 +117,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // pipeline runs cfg.Ops echo ops through a whole Airlock and returns how
 // many messages, and bytes, the streams took.
 func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64, err error) {
+	execRoot := filepath.Join(cfg.Dir, "exec-root")
+	if err := os.MkdirAll(execRoot, 0o700); err != nil {
+		return 0, 0, err
+	}
 	a, err := app.Start(ctx, app.Config{
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(),
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
 			Tools:      map[string]string{"echo": string(policy.ClassWrite)},
-			Workspaces: map[string]policy.WorkspaceSpec{holdWorkspace: {Mode: string(policy.ModeConfirm)}},
+			Workspaces: map[string]policy.WorkspaceSpec{
+				holdWorkspace: {Mode: string(policy.ModeConfirm)},
+				execWorkspace: {Mode: string(policy.ModeAuto), Root: execRoot},
+			},
 		},
 	})
 	if err != nil {
@@ -182,6 +203,11 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	if cfg.Holds > 0 {
 		if err := holds(ctx, cfg, a, c, res); err != nil {
 			return 0, 0, fmt.Errorf("holds: %w", err)
+		}
+	}
+	if cfg.Execs > 0 {
+		if err := execs(ctx, cfg, c, execRoot, res); err != nil {
+			return 0, 0, fmt.Errorf("execs: %w", err)
 		}
 	}
 	return msgs - baseMsgs, bytes - baseBytes, nil

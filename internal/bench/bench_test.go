@@ -14,7 +14,7 @@ import (
 func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Dir: t.TempDir()})
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Execs: 20, Dir: t.TempDir()})
 	require.NoError(t, err)
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
@@ -28,4 +28,8 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Equal(t, 20, res.Holds)
 	assert.Greater(t, res.HoldP50MS, 0.0)
 	assert.LessOrEqual(t, res.HoldP50MS, res.HoldP99MS)
+	assert.Equal(t, 20, res.Execs)
+	assert.Greater(t, res.ExecOpsPerS, 0.0)
+	assert.Greater(t, res.ForkExecPerS, 0.0)
+	assert.InDelta(t, res.ForkExecPerS/res.ExecOpsPerS, res.ExecOverhead, 1e-9)
 }

@@ -38,7 +38,9 @@ func TestOperandChangeBetweenHoldAndGrant(t *testing.T) {
 		{"exec of a script", events.Request{Workspace: "review", Agent: "agent", Tool: "exec", Args: json.RawMessage(`{"argv":["/bin/sh","deploy.sh"]}`)},
 			func() { require.NoError(t, os.WriteFile(script, []byte("echo changed >> "+marker+"\n"), 0o755)) }},
 		{"patch of a file", events.Request{Workspace: "review", Agent: "agent", Tool: "apply_patch", Args: json.RawMessage(`{"patch":"--- a/notes.txt\n+++ b/notes.txt\n@@ -1 +1 @@\n-a\n+b\n"}`)},
-			func() { require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("a\nsneaky\n"), 0o644)) }},
+			func() {
+				require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("a\nsneaky\n"), 0o644))
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -126,7 +126,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
-			Tools:      map[string]string{"echo": string(policy.ClassWrite)},
+			Tools: map[string]string{"echo": string(policy.ClassWrite)},
 			Workspaces: map[string]policy.WorkspaceSpec{
 				holdWorkspace: {Mode: string(policy.ModeConfirm)},
 				execWorkspace: {Mode: string(policy.ModeAuto), Root: execRoot},

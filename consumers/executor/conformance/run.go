@@ -1,0 +1,204 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/policy"
+)
+
+// Run checks the executor h describes, one subtest per property (the
+// package doc lists them). Each subtest gets a fresh fixture from h.New.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	require.NotNil(t, h.New, "Harness.New is required")
+	require.Contains(t, []Repeat{RepeatRuns, RepeatRefused, RepeatReplays}, h.Repeat,
+		"Harness.Repeat must declare what a second attempt of a completed op does")
+	for _, b := range h.Bad {
+		require.NotEmpty(t, b.Name, "every Bad needs a Name")
+		require.NotNil(t, b.Call, "Bad %q needs a Call", b.Name)
+		require.NotEqual(t, events.CodeAmbiguous, b.Code, "Bad %q: EXECUTION_AMBIGUOUS is not a refusal", b.Name)
+		require.True(t, slices.Contains(events.AllCodes, b.Code), "Bad %q: unknown code %q", b.Name, b.Code)
+	}
+	for _, l := range h.Limits {
+		require.NotEmpty(t, l.Name, "every Limit needs a Name")
+		require.NotNil(t, l.Call, "Limit %q needs a Call", l.Name)
+	}
+	s := &suite{h: h, names: map[string]bool{}}
+
+	s.sub(t, "", "identity", s.identity)
+	s.sub(t, "", "result", s.result)
+	t.Run("recover", func(t *testing.T) {
+		s.sub(t, "recover", "never-ran", s.recoverNeverRan)
+		s.sub(t, "recover", "completed", s.recoverCompleted)
+	})
+	s.sub(t, "", "second-attempt", s.secondAttempt)
+	t.Run("bad", func(t *testing.T) {
+		if len(h.Bad) == 0 {
+			t.Skip("the harness declares no bad input: the executor accepts any args")
+		}
+		for _, b := range h.Bad {
+			s.sub(t, "bad", b.Name, func(t *testing.T, f Fixture) { s.bad(t, f, b) })
+		}
+	})
+	s.sub(t, "", "operands", s.operands)
+	t.Run("cancel", func(t *testing.T) {
+		s.sub(t, "cancel", "before", s.cancelBefore)
+		s.sub(t, "cancel", "running", s.cancelRunning)
+		s.sub(t, "cancel", "deadline", s.cancelDeadline)
+	})
+	s.sub(t, "", "concurrency", s.concurrency)
+	t.Run("limits", func(t *testing.T) {
+		if len(h.Limits) == 0 {
+			t.Skip("the harness declares no limits")
+		}
+		for _, l := range h.Limits {
+			s.sub(t, "limits", l.Name, func(t *testing.T, f Fixture) { s.limit(t, f, l) })
+		}
+	})
+
+	var stale []string
+	for name := range h.Known {
+		if !s.names[name] {
+			stale = append(stale, name)
+		}
+	}
+	sort.Strings(stale)
+	assert.Empty(t, stale, "Harness.Known names subtests that do not exist")
+}
+
+// suite is one Run.
+type suite struct {
+	h     Harness
+	names map[string]bool // every subtest key, for checking Known
+}
+
+// sub runs fn as subtest name of group on a fresh fixture, unless Known
+// skips it.
+func (s *suite) sub(t *testing.T, group, name string, fn func(*testing.T, Fixture)) {
+	t.Helper()
+	key := name
+	if group != "" {
+		key = group + "/" + name
+	}
+	s.names[key] = true
+	t.Run(name, func(t *testing.T) {
+		if why, ok := s.h.Known[key]; ok {
+			t.Skip("known: " + why)
+		}
+		fn(t, s.fixture(t))
+	})
+}
+
+// fixture builds and checks a fresh fixture.
+func (s *suite) fixture(t *testing.T) Fixture {
+	t.Helper()
+	f := s.h.New(t)
+	require.NotNil(t, f.Executor, "Fixture.Executor is required")
+	require.NotNil(t, f.Call, "Fixture.Call is required")
+	if f.Slow != nil {
+		require.NotNil(t, f.Effects, "Fixture.Slow needs Fixture.Effects to see the call start")
+	}
+	return f
+}
+
+// prep completes a call from the fixture: the executor's tool and a fresh
+// attempt, as a runner's claim would give it.
+func prep(t *testing.T, f Fixture, c executor.Call) executor.Call {
+	t.Helper()
+	require.True(t, events.ValidOpID(c.OpID), "Fixture call has op id %q, want op_<32 hex>", c.OpID)
+	c.Tool = f.Executor.Tool()
+	return again(c)
+}
+
+// again is c under a new attempt.
+func again(c executor.Call) executor.Call {
+	c.Attempt = nuid.Next()
+	return c
+}
+
+// effects counts c's effect; 0 for an executor without one.
+func effects(f Fixture, c executor.Call) int {
+	if f.Effects == nil {
+		return 0
+	}
+	return f.Effects(c)
+}
+
+// requireEffects checks c's effect happened exactly n times.
+func requireEffects(t *testing.T, f Fixture, c executor.Call, n int, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, n, effects(f, c), msgAndArgs...)
+}
+
+// execute runs c to completion and checks its result.
+func execute(t *testing.T, f Fixture, c executor.Call) json.RawMessage {
+	t.Helper()
+	res, err := f.Executor.Execute(t.Context(), c)
+	require.NoError(t, err, "Execute of a valid call")
+	requireStorable(t, res)
+	return res
+}
+
+// requireStorable checks a result is what the runner can store: valid
+// JSON (empty counts as null) of at most events.MaxResultBytes compacted.
+func requireStorable(t *testing.T, res json.RawMessage) {
+	t.Helper()
+	res = orNull(res)
+	require.True(t, json.Valid(res), "result is not valid JSON: %.200q", res)
+	var buf bytes.Buffer
+	require.NoError(t, json.Compact(&buf, res))
+	require.LessOrEqual(t, buf.Len(), events.MaxResultBytes,
+		"result is %d bytes compacted, over events.MaxResultBytes: the runner would fail the op with RESULT_TOO_LARGE after it took effect", buf.Len())
+}
+
+// orNull is what the runner stores for a result: empty is null.
+func orNull(res json.RawMessage) json.RawMessage {
+	if len(res) == 0 {
+		return json.RawMessage("null")
+	}
+	return res
+}
+
+// recoverAttempt asks Recover about attempt lost of c's op, bounded by
+// Prompt, and checks it had no effect and named a known action.
+func recoverAttempt(t *testing.T, f Fixture, c executor.Call, lost string) executor.Recovery {
+	t.Helper()
+	before := effects(f, c)
+	ctx, cancel := context.WithTimeout(t.Context(), Prompt)
+	defer cancel()
+	rec, err := f.Executor.Recover(ctx, c, lost)
+	require.NoError(t, err, "Recover")
+	require.Contains(t, []executor.Action{executor.Rerun, executor.Done, executor.Ambiguous}, rec.Action, "Recover returned an unknown action")
+	if rec.Action == executor.Ambiguous {
+		require.NotEmpty(t, rec.Known, "an Ambiguous recovery must say what is known")
+	}
+	requireEffects(t, f, c, before, "Recover itself had an effect")
+	return rec
+}
+
+func (s *suite) identity(t *testing.T, f Fixture) {
+	e := f.Executor
+	assert.True(t, events.ValidName(e.Tool()), "Tool %q is not a valid tool name", e.Tool())
+	assert.Equal(t, e.Class(), policy.ParseClass(string(e.Class())), "Class %q is not a capability class", e.Class())
+}
+
+func (s *suite) result(t *testing.T, f Fixture) {
+	c := prep(t, f, f.Call(0))
+	requireEffects(t, f, c, 0, "the effect happened before Execute")
+	start := time.Now()
+	execute(t, f, c)
+	requireEffects(t, f, c, 1, "a completed call takes effect once")
+	assert.Less(t, time.Since(start), Prompt, "a valid call should be quick")
+}

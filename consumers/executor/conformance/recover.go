@@ -77,9 +77,7 @@ func (s *suite) secondAttempt(t *testing.T, f Fixture) {
 	case RepeatRuns:
 		require.NoError(t, err, "declared RepeatRuns: the second attempt runs")
 		requireStorable(t, res2)
-		if f.Effects != nil {
-			requireEffects(t, f, c, 2, "declared RepeatRuns: the effect happens again")
-		}
+		requireEffects(t, f, c, 2, "declared RepeatRuns: the effect happens again")
 	case RepeatRefused:
 		require.Error(t, err, "declared RepeatRefused: the second attempt is refused")
 		requireEffects(t, f, c, 1, "declared RepeatRefused: a refused second attempt has no effect")

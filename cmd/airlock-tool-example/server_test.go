@@ -135,7 +135,7 @@ func TestNeverFences(t *testing.T) {
 
 // A record left started by a crash: the server cannot tell whether the
 // line was appended, and says so to calls and to status queries.
-func TestStartedBeforeCrash(t *testing.T) {
+func TestCrashLeftStartedIsUnknown(t *testing.T) {
 	g := newRig(t)
 	require.NoError(t, os.WriteFile(g.state, []byte(`{"v":1,"ops":{"op1":{"state":"started","attempt":"A1"}}}`), 0o600))
 	g.start(t)

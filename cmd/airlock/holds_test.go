@@ -221,7 +221,7 @@ func TestCredsCLI(t *testing.T) {
 // A pending hold survives a crash of serve (SIGKILL): the retry after the
 // restart gets the same hold, the hold is still listed, and its grant runs
 // the op once.
-func TestHoldSurvivesServeCrash(t *testing.T) {
+func TestCrashHoldSurvivesServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash test")
 	}

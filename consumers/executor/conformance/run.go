@@ -118,6 +118,9 @@ func (s *suite) fixture(t *testing.T) Fixture {
 func prep(t *testing.T, f Fixture, c executor.Call) executor.Call {
 	t.Helper()
 	require.True(t, events.ValidOpID(c.OpID), "Fixture call has op id %q, want op_<32 hex>", c.OpID)
+	canon, err := events.Canonical(c.Args)
+	require.NoError(t, err, "Fixture call args are not JSON")
+	require.Equal(t, string(canon), string(c.Args), "Fixture call args must be canonical JSON, as the runner passes them")
 	c.Tool = f.Executor.Tool()
 	return again(c)
 }

@@ -97,13 +97,15 @@ func (s *suite) slow(t *testing.T, f Fixture, i int) executor.Call {
 	return prep(t, f, f.Slow(i))
 }
 
-// afterCancel checks what Recover says of a slow call whose Execute
-// returned an error because its context ended, as if its runner had then
-// died: Rerun only if its effect did not happen (or calls are safe to
-// repeat), Done only with a result that says the call was cut short.
+// afterCancel checks what Recover says of a call whose Execute returned
+// an error because its context ended, as if its runner had then died:
+// Rerun only if its effect did not happen (or calls are safe to repeat),
+// Done only with a result that says the call was cut short. The call may
+// still be in flight (a remote call was sent before the context ended),
+// so its effect is counted after Recover answered.
 func (s *suite) afterCancel(t *testing.T, f Fixture, slow executor.Call) {
 	t.Helper()
-	rec := recoverAttempt(t, f, slow, slow.Attempt)
+	rec := recoverInFlight(t, f, slow, slow.Attempt)
 	n := effects(f, slow)
 	require.LessOrEqual(t, n, 1, "the slow call took effect more than once")
 	switch rec.Action {

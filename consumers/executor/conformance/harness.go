@@ -71,8 +71,9 @@ type Fixture struct {
 	Effects func(c executor.Call) int
 	// Slow returns a call of an op of its own, like Call, that runs until
 	// its context ends, its effect visible through Effects once it has
-	// started (exec: a marker appended, then sleep 30). Nil skips the
-	// cancellation subtests; set, Effects is required.
+	// started (exec: a marker appended, then sleep 30). Nil skips
+	// cancel/running and cancel/deadline, and cancel/before uses a call of
+	// Call instead (which may then complete); set, Effects is required.
 	Slow func(i int) executor.Call
 }
 

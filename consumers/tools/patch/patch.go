@@ -164,7 +164,7 @@ func (p *Patch) Execute(ctx context.Context, c executor.Call) (json.RawMessage, 
 		return nil, err
 	}
 	p.cfg.Logger.Debug("patch applied", "op", c.OpID, "ws", c.Workspace, "files", len(ts))
-	return json.Marshal(Result{Files: files})
+	return events.MarshalJSON(Result{Files: files})
 }
 
 // Operands returns the hash of every file the patch in args targets, by

@@ -2,7 +2,6 @@ package patch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -66,7 +65,7 @@ func (p *Patch) Recover(_ context.Context, c executor.Call, lost string) (execut
 	log := p.cfg.Logger.With("op", c.OpID, "attempt", lost, "ledger_attempt", l.Attempt)
 	switch {
 	case allPost:
-		b, err := json.Marshal(Result{Files: l.Files})
+		b, err := events.MarshalJSON(Result{Files: l.Files})
 		if err != nil {
 			return executor.Recovery{}, fmt.Errorf("apply_patch: recover %s: %w", c.OpID, err)
 		}

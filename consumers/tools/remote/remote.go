@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -238,7 +239,24 @@ func (r *Remote) settle(c executor.Call, result json.RawMessage, e *Error) (json
 		return nil, r.failure(e)
 	}
 	failpoint.Hit(failpoint.AfterEffect, c.Tool)
+	if err := r.storable(result); err != nil {
+		return nil, err
+	}
 	return result, nil
+}
+
+// storable refuses a result Airlock could not store: the call took effect,
+// so failing the op (which promises no effect) would be a lie; it ends
+// ambiguous, saying so.
+func (r *Remote) storable(result json.RawMessage) *events.Error {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, result); err != nil {
+		return events.Errorf(events.CodeAmbiguous, "tool server on %s answered with a result that is not JSON (%v); the call may have taken effect", r.cfg.Subject, err)
+	}
+	if buf.Len() > events.MaxResultBytes {
+		return events.Errorf(events.CodeAmbiguous, "tool server on %s ran the call, but its result is %d bytes, over the %d Airlock stores; the effect took place and the result is lost", r.cfg.Subject, buf.Len(), events.MaxResultBytes)
+	}
+	return nil
 }
 
 // failure is the op error for a server's error.

@@ -32,6 +32,9 @@ func (r *Remote) Recover(ctx context.Context, c executor.Call, lost string) (exe
 	if st != nil {
 		switch {
 		case st.State == StateDone && st.Error == nil:
+			if e := r.storable(st.Result); e != nil {
+				return executor.Recovery{Action: executor.Ambiguous, Known: e.Message}, nil
+			}
 			return executor.Recovery{Action: executor.Done, Result: st.Result}, nil
 		case st.State == StateDone && events.Code(st.Error.Code) == events.CodeAmbiguous:
 			return executor.Recovery{Action: executor.Ambiguous, Known: r.failure(st.Error).Message}, nil

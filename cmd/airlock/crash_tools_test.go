@@ -26,7 +26,7 @@ import (
 func toolsPolicy(t *testing.T, root string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "policy.yaml")
-	body := fmt.Sprintf("tools: {exec: exec, apply_patch: write, echo: read, count: write}\n"+
+	body := fmt.Sprintf("tools: {exec: exec, apply_patch: write, echo: read, count: write, append: network}\n"+
 		"default_mode: auto\nworkspaces:\n  crash: {mode: auto, root: %q}\n", root)
 	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
 	return p
@@ -84,6 +84,41 @@ func patchCase(t *testing.T, root, name string) toolCase {
 		}
 		return -1
 	}}
+}
+
+// remoteCase appends a line through the example tool server, which must
+// run (startToolServer); effects counts the lines in its output file.
+func remoteCase(out string) toolCase {
+	return toolCase{tool: "append", args: `{"line":"x"}`, effects: func(t *testing.T) int {
+		b, err := os.ReadFile(out)
+		if os.IsNotExist(err) {
+			return 0
+		}
+		require.NoError(t, err)
+		return strings.Count(string(b), "\n")
+	}}
+}
+
+// startToolServer runs the example tool server against srv, as Airlock's
+// own principal, on subject tools.append, until the test ends; it
+// reconnects across restarts of serve on the same address.
+func startToolServer(t *testing.T, srv *server, out string) {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state.json")
+	cmd := exec.Command(toolServer, "--server", srv.url, "--creds", filepath.Join(srv.dir, "creds", "airlock.creds"),
+		"--subject", "tools.append", "--state", state, "--out", out)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	nc := srv.connect(t, authority.ServiceName)
+	require.Eventually(t, func() bool {
+		_, err := nc.Request("tools.append.status", []byte(`{"v":1,"op_id":"op_00000000000000000000000000000000","attempt":"probe"}`), time.Second)
+		return err == nil
+	}, 20*time.Second, 100*time.Millisecond, "the tool server answers: %s", stderr.String())
 }
 
 func (c toolCase) opID(t *testing.T) string {
@@ -167,20 +202,31 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 		{"patch after effect", "apply_patch", failpoint.AfterEffect, expect{events.StateCompleted, 1}},
 		{"patch after result", "apply_patch", failpoint.AfterResult, expect{events.StateCompleted, 1}},
 		{"patch record error", "apply_patch", failpoint.RecordError, expect{events.StateCompleted, 1}},
+		{"remote after claim", "append", failpoint.AfterClaim, expect{events.StateCompleted, 1}},   // status: never, so run
+		{"remote after effect", "append", failpoint.AfterEffect, expect{events.StateCompleted, 1}}, // status: done
+		{"remote after result", "append", failpoint.AfterResult, expect{events.StateCompleted, 1}},
+		{"remote record error", "append", failpoint.RecordError, expect{events.StateCompleted, 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, root, marks, addr := t.TempDir(), t.TempDir(), t.TempDir(), freePort(t)
 			pol := toolsPolicy(t, root)
 			c := execCase(t, filepath.Join(marks, "marker"), "")
-			if tc.tool == "apply_patch" {
+			switch tc.tool {
+			case "apply_patch":
 				c = patchCase(t, root, "p")
+			case "append":
+				c = remoteCase(filepath.Join(marks, "append.log"))
 			}
 			arm := tc.point + ":" + tc.tool
 			if tc.point == failpoint.RecordError {
 				arm = tc.point + ":" + tc.tool + "=error"
 			}
-			srv := startServer(t, dir, addr, []string{failpoint.EnvVar + "=" + arm}, "--policy", pol, "--claim-timeout", "1s")
+			remoteTool := []string{"--remote-tool", "append=tools.append"}
+			srv := startServer(t, dir, addr, []string{failpoint.EnvVar + "=" + arm}, append([]string{"--policy", pol, "--claim-timeout", "1s"}, remoteTool...)...)
+			if tc.tool == "append" {
+				startToolServer(t, srv, filepath.Join(marks, "append.log"))
+			}
 			out, _, code := srv.run(t, "submit", "--ws", "crash", "--tool", c.tool, "--args", c.args, "--wait", "3s", "--json")
 			switch tc.point {
 			case failpoint.AfterResult:
@@ -204,7 +250,7 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 					t.Fatalf("serve did not die at %s: %s", arm, srv.stderr.String())
 				}
 			}
-			srv = startServer(t, dir, addr, nil, "--policy", pol, "--claim-timeout", "1s")
+			srv = startServer(t, dir, addr, nil, append([]string{"--policy", pol, "--claim-timeout", "1s"}, remoteTool...)...)
 			op := waitOpState(t, srv, c.opID(t))
 			assert.Equal(t, tc.want.state, op.State, "%s %s", op.ErrorCode, op.Error)
 			assert.Equal(t, tc.want.effects, c.effects(t), "side effects")

@@ -25,6 +25,9 @@ import (
 // airlocktest tag (it registers the counting executor).
 var binary string
 
+// toolServer is the example remote tool server, built for this test run.
+var toolServer string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "airlock-bin-")
 	if err != nil {
@@ -36,6 +39,13 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build airlock:", err)
+		os.Exit(1)
+	}
+	toolServer = filepath.Join(dir, "airlock-tool-example")
+	build = exec.Command("go", "build", "-o", toolServer, "../airlock-tool-example")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build airlock-tool-example:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

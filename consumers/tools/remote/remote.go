@@ -215,7 +215,7 @@ func (r *Remote) unsent(err error) error {
 // lost settles a call that was sent and got no reply Execute could use
 // (why says what happened instead), from the server's status.
 func (r *Remote) lost(ctx context.Context, c executor.Call, sent time.Time, why string) (json.RawMessage, error) {
-	st, said := r.status(ctx, c.OpID, c.Attempt)
+	st, said := r.query(ctx, c.OpID, c.Attempt)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("remote call to %s: %w", r.cfg.Subject, ctx.Err())
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
@@ -19,15 +20,20 @@ import (
 //     recorded error (it is idempotent per op id), failing the op;
 //   - never: Rerun, under a new attempt (the server now refuses the lost
 //     one);
-//   - running, unknown, an error, no answer, no status responder:
-//     Ambiguous, saying what is known.
+//   - unknown, a refusal or a reply that is not protocol v1: Ambiguous,
+//     saying what is known.
 //
-// It returns an error only when ctx ends first: the claim then stands and
-// recovery asks again later.
+// It returns an error, so that the claim stands and recovery asks again
+// later, when the server cannot answer now: no status responder (it may be
+// restarting), no answer in time, a transport error, or "running" (the
+// lost call is still being worked on there); and when ctx ends first.
 func (r *Remote) Recover(ctx context.Context, c executor.Call, lost string) (executor.Recovery, error) {
-	st, said := r.status(ctx, c.OpID, lost)
+	st, said, later := r.status(ctx, c.OpID, lost)
 	if ctx.Err() != nil {
 		return executor.Recovery{}, fmt.Errorf("recover %s from %s: %w", c.OpID, r.StatusSubject(), ctx.Err())
+	}
+	if later || (st != nil && st.State == StateRunning) {
+		return executor.Recovery{}, fmt.Errorf("recover %s: the tool server cannot say yet (%s); asking again later", c.OpID, said)
 	}
 	if st != nil {
 		switch {
@@ -49,9 +55,18 @@ func (r *Remote) Recover(ctx context.Context, c executor.Call, lost string) (exe
 }
 
 // status asks the tool server what became of attempt of op. It returns the
-// reply when there is one that parses and states something, and always a
-// description of what was learnt for an ambiguous op's message.
-func (r *Remote) status(ctx context.Context, op, attempt string) (*StatusReply, string) {
+// reply when there is one that parses and states something, always a
+// description of what was learnt for an ambiguous op's message, and
+// whether the server could not be asked now (later is worth a try).
+func (r *Remote) status(ctx context.Context, op, attempt string) (st *StatusReply, said string, later bool) {
+	st, said = r.query(ctx, op, attempt)
+	return st, said, st == nil && strings.HasPrefix(said, transientPrefix)
+}
+
+// transientPrefix starts the description of a query that got no answer.
+const transientPrefix = "no "
+
+func (r *Remote) query(ctx context.Context, op, attempt string) (*StatusReply, string) {
 	subject := r.StatusSubject()
 	body, err := json.Marshal(StatusRequest{V: Version, OpID: op, Attempt: attempt})
 	if err != nil {
@@ -70,7 +85,7 @@ func (r *Remote) status(ctx context.Context, op, attempt string) (*StatusReply, 
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Sprintf("no answer on %s in %s", subject, r.cfg.StatusTimeout)
 	default:
-		return nil, "query on " + subject + " failed: " + err.Error()
+		return nil, "no answer: query on " + subject + " failed: " + err.Error()
 	}
 	st, err := DecodeStatusReply(m.Data)
 	if err != nil {

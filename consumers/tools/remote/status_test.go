@@ -30,7 +30,7 @@ func TestRecover(t *testing.T) {
 		{name: "running", status: answer(`{"v":1,"state":"running"}`)}, // still being worked on: ask later
 		{name: "unknown", status: answer(`{"v":1,"state":"unknown"}`),
 			action: executor.Ambiguous, known: []string{"attempt L0ST", "status: unknown"}},
-		{name: "no server"},               // restarting, perhaps: ask later
+		{name: "no server"},                 // restarting, perhaps: ask later
 		{name: "no answer", status: silent}, // likewise
 		{name: "not understood", status: answer(`{"v":2,"state":"done","result":1}`),
 			action: executor.Ambiguous, known: []string{"protocol version 2, want 1"}},

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -112,7 +113,9 @@ func TestChaosMixedLoad(t *testing.T) {
 			continue
 		}
 		stored++
-		op := waitOpWith(t, q, opID)
+		op := waitOpWith(t, q, opID, func() string {
+			return fmt.Sprintf("events %v; serve: %s", testenv.OpEvents(t, js, "crash", opID), srv.stderr.String())
+		})
 		assert.Equal(t, 1, terminalsIn(t, js, opID), "%s %s: one terminal event", c.tool, opID)
 		effects := c.effects(t)
 		switch op.State {

@@ -135,13 +135,14 @@ func waitOpState(t *testing.T, srv *server, opID string) *events.Op {
 	c, err := producers.New(srv.connect(t, authority.ServiceName))
 	require.NoError(t, err)
 	defer c.Close()
-	return waitOpWith(t, c, opID)
+	return waitOpWith(t, c, opID, nil)
 }
 
-// waitOpWith waits until the projection shows the op terminal.
-func waitOpWith(t *testing.T, c *producers.Client, opID string) *events.Op {
+// waitOpWith waits until the projection shows the op terminal; describe,
+// when set, adds what the stream holds to a failure.
+func waitOpWith(t *testing.T, c *producers.Client, opID string, describe func() string) *events.Op {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		op, err := c.Op(ctx, opID)
@@ -150,7 +151,11 @@ func waitOpWith(t *testing.T, c *producers.Client, opID string) *events.Op {
 			return op
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("op %s never ended: %+v, %v", opID, op, err)
+			more := ""
+			if describe != nil {
+				more = describe()
+			}
+			t.Fatalf("op %s never ended: %+v, %v %s", opID, op, err, more)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -173,6 +173,9 @@ type Claimed struct {
 	// Consumer is the durable consumer that delivered it: a claim made
 	// through another consumer is never taken for a lost one.
 	Consumer string `json:"consumer,omitempty"`
+	// Runner names the runner process that made the claim: when its
+	// decided event is delivered to another runner, the claim is lost.
+	Runner string `json:"runner,omitempty"`
 }
 
 // Completed records the stored result. Terminal.

@@ -127,7 +127,7 @@ func TestChaosMixedLoad(t *testing.T) {
 			ambiguous++
 			assert.Equal(t, events.CodeAmbiguous, op.ErrorCode)
 			assert.NotEmpty(t, op.Error, "an ambiguous op says what is known")
-			assert.NotEqual(t, 2, effects)
+			assert.LessOrEqual(t, effects, 1, "an ambiguous op ran at most once")
 		default:
 			assert.LessOrEqual(t, effects, 0, "%s %s is %s (%s): no effect", c.tool, opID, op.State, op.Error)
 		}

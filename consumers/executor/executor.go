@@ -72,6 +72,14 @@ type Operands interface {
 	Operands(ctx context.Context, ws string, args json.RawMessage) (map[string]string, error)
 }
 
+// Forgetter is implemented by executors that keep per-op records for
+// recovery (a ledger). Once an op's terminal event is stored, nothing asks
+// Recover about it again, and the runner calls Forget so the records can
+// go. A crash before Forget only leaves the records behind.
+type Forgetter interface {
+	Forget(ctx context.Context, opID string) error
+}
+
 // Registry holds the executors of one process. It is a value, not a
 // global: build one and hand it to the Runner. Register before Run; the
 // registry is read-only afterwards and then safe for concurrent use.

@@ -74,6 +74,7 @@ func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t event
 	switch {
 	case err == nil:
 		r.answer(item, data)
+		r.forget(ctx, item)
 		return nil
 	case errors.Is(err, oplog.ErrConflict):
 		return nil
@@ -115,5 +116,19 @@ func outcome(call Call, item work, result json.RawMessage, xerr error, took time
 	return events.TypeCompleted, &events.Completed{
 		OpHeader: hdr(item), Attempt: call.Attempt, Result: canon,
 		ResultDigest: events.Digest(canon), DurationMS: took.Milliseconds(), Recovered: recovered,
+	}
+}
+
+// forget lets the op's executor drop its records, now that the op's
+// terminal event is stored.
+func (r *Runner) forget(ctx context.Context, item work) {
+	ex, ok := r.cfg.Registry.Lookup(item.Tool)
+	if !ok {
+		return
+	}
+	if f, ok := ex.(Forgetter); ok {
+		if err := f.Forget(ctx, item.OpID); err != nil {
+			r.cfg.Logger.Debug("forget the op's records", "op", item.OpID, "err", err)
+		}
 	}
 }

@@ -48,7 +48,11 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 		return 0, nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
 		return 0, nil // claimed through another decided event, or another group
-	case c.Delivery >= j.d.n:
+	case (c.Runner == "" || c.Runner == r.id) && c.Delivery >= j.d.n:
+		// This runner (or, for claims that name none, some runner) holds
+		// a newer delivery of this event. A claim by another runner whose
+		// event came back here is lost: that runner stopped heartbeating
+		// it, and its delivery count may be from before an unclean stop.
 		return 0, errLeave
 	}
 	claim := r.claimEvent(ex, j)

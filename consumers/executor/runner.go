@@ -80,7 +80,11 @@ func (c *Config) Validate() error {
 
 // Runner runs the registered executors over their tools' decided events.
 type Runner struct {
-	cfg      Config
+	cfg Config
+	// id names this runner in its claims: a claim made by another runner
+	// whose delivery came back to this one was lost, whatever the
+	// delivery counts say (they can go back after an unclean stop).
+	id       string
 	ops      jetstream.Stream
 	requests jetstream.Stream
 	inflight inflight
@@ -91,7 +95,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, inflight: inflight{ops: map[string]struct{}{}}}, nil
+	return &Runner{cfg: cfg, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}}}, nil
 }
 
 // Run takes the decided events of every registered tool until ctx ends.
@@ -246,6 +250,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		case err == nil:
 			r.answer(j.d.item, records[i].Data())
 			failpoint.Hit(failpoint.AfterResult, ex.Tool())
+			r.forget(ctx, j.d.item)
 		case !errors.Is(err, oplog.ErrConflict):
 			o := outs[j]
 			j.err = r.record(ctx, j.call, j.d.item, j.seq, o.result, o.err, o.took, false)
@@ -372,6 +377,7 @@ func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
 	return &events.Claimed{
 		OpHeader: hdr(j.d.item), Attempt: j.call.Attempt, Executor: ex.Tool(),
 		WorkSeq: j.d.workSeq, Delivery: j.d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
+		Runner: r.id,
 	}
 }
 

@@ -158,3 +158,5 @@ var (
 	_ executor.Executor = (*Exec)(nil)
 	_ executor.Operands = (*Exec)(nil)
 )
+
+var _ executor.Forgetter = (*Exec)(nil)

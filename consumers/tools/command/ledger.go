@@ -231,3 +231,16 @@ func (e *Exec) Recover(_ context.Context, c executor.Call, lost string) (executo
 		Known: fmt.Sprintf("exec attempt %s started %s (%s) and has no recorded exit; it is never run again",
 			lost, rec.StartedAt.Format(time.RFC3339Nano), pid)}, nil
 }
+
+// forget removes the op's records.
+func (l ledger) forget(op string) error {
+	d, err := l.opDir(op)
+	if err != nil {
+		return err
+	}
+	return os.RemoveAll(d)
+}
+
+// Forget removes the op's ledger records: the runner calls it once the
+// op's terminal event is stored, when no recovery can ask about it again.
+func (e *Exec) Forget(_ context.Context, opID string) error { return e.ledger.forget(opID) }

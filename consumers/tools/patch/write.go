@@ -1,6 +1,7 @@
 package patch
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
 )
@@ -183,3 +185,18 @@ func syncDir(root *os.Root, dir string) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// Forget removes the op's ledger: the runner calls it once the op's
+// terminal event is stored, when no recovery can ask about it again.
+func (p *Patch) Forget(_ context.Context, opID string) error {
+	if !safeOpID(opID) {
+		return fmt.Errorf("apply_patch: op id %q cannot name a ledger file", opID)
+	}
+	err := os.Remove(path.Join(p.ledger, opID+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+var _ executor.Forgetter = (*Patch)(nil)

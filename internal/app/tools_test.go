@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
@@ -17,9 +18,9 @@ import (
 // Bad tool args get their code when the op is decided, before anything
 // runs or is held, and nothing is half-applied.
 func TestToolBadInputDeniedBeforeAnythingRuns(t *testing.T) {
-	root, probe := t.TempDir(), filepath.Join(t.TempDir(), "probe")
+	root, probe, data := t.TempDir(), filepath.Join(t.TempDir(), "probe"), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("a\n"), 0o644))
-	a := testenv.StartApp(t, app.Config{Policy: policy.Spec{
+	a := testenv.StartApp(t, app.Config{DataDir: data, Policy: policy.Spec{
 		Workspaces: map[string]policy.WorkspaceSpec{"tools": {Mode: "auto", Root: root}},
 	}})
 	c, _ := testenv.Client(t, a.ClientURL())
@@ -67,4 +68,10 @@ func TestToolBadInputDeniedBeforeAnythingRuns(t *testing.T) {
 	assert.True(t, res.StdoutTruncated)
 	assert.Equal(t, 0, res.ExitCode)
 	assert.LessOrEqual(t, len(out.Result), events.MaxResultBytes)
+
+	// Its ledger went once the op's outcome was stored.
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(data, "ledger", "exec", out.OpID))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 10*time.Millisecond, "the exec ledger of a terminal op is removed")
 }

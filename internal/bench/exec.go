@@ -17,7 +17,8 @@ import (
 // directory of the run.
 const execWorkspace = "bench-exec"
 
-// execConcurrency is how many exec ops (and bare fork/execs) run at once.
+// execConcurrency is how many exec ops (and bare fork/execs), and how
+// many holds, run at once.
 const execConcurrency = 16
 
 // execs runs cfg.Execs exec ops of /bin/true through the pipeline, then as

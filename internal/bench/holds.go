@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -17,9 +15,6 @@ import (
 
 // holdWorkspace is the confirm workspace of the hold phase.
 const holdWorkspace = "bench-holds"
-
-// holdConcurrency is how many holds are granted at once.
-const holdConcurrency = 16
 
 // holds submits cfg.Holds ops that the policy holds, grants each, and
 // measures from the grant to the completed outcome.
@@ -34,31 +29,12 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 		return err
 	}
 	lat := make([]time.Duration, cfg.Holds)
-	var next atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range holdConcurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cfg.Holds || ctx.Err() != nil {
-					return
-				}
-				d, err := holdOnce(ctx, c, ap, i)
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				lat[i] = d
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if _, err := parallel(ctx, cfg.Holds, func(i int) error {
+		d, err := holdOnce(ctx, c, ap, i)
+		lat[i] = d
+		return err
+	}); err != nil {
+		return err
 	}
 	slices.Sort(lat)
 	res.Holds = cfg.Holds

@@ -174,18 +174,9 @@ func (o *Operator) SetMode(ctx context.Context, ws, mode, reason string, expires
 // reply with a code (other than APPROVAL_REQUIRED, which describes a held
 // op) is returned as an *events.Error too.
 func command(ctx context.Context, nc *nats.Conn, subject string, in any) (events.Reply, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCommandTimeout)
-		defer cancel()
-	}
-	body, err := json.Marshal(in)
+	resp, err := request(ctx, nc, subject, in, DefaultCommandTimeout)
 	if err != nil {
 		return events.Reply{}, err
-	}
-	resp, err := nc.RequestWithContext(ctx, subject, body)
-	if err != nil {
-		return events.Reply{}, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("%s: %v", subject, err), Retryable: true}
 	}
 	var r events.Reply
 	if err := json.Unmarshal(resp.Data, &r); err != nil {

@@ -34,20 +34,31 @@ func (c *Client) List(ctx context.Context, q events.ListQuery) (*events.ListResu
 }
 
 func (c *Client) query(ctx context.Context, subject string, in, out any) error {
+	resp, err := request(ctx, c.nc, subject, in, DefaultQueryTimeout)
+	if err != nil {
+		return err
+	}
+	return decodeResponse(resp, out)
+}
+
+// request sends in as JSON on subject and returns the answer, within
+// timeout when ctx has no deadline. A transport failure is UNAVAILABLE and
+// retryable.
+func request(ctx context.Context, nc *nats.Conn, subject string, in any, timeout time.Duration) (*nats.Msg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultQueryTimeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	resp, err := c.nc.RequestWithContext(ctx, subject, body)
+	resp, err := nc.RequestWithContext(ctx, subject, body)
 	if err != nil {
-		return &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("query %s: %v", subject, err), Retryable: true}
+		return nil, &events.Error{Code: events.CodeUnavailable, Message: fmt.Sprintf("request on %s: %v", subject, err), Retryable: true}
 	}
-	return decodeResponse(resp, out)
+	return resp, nil
 }
 
 // decodeResponse turns a micro service response into out or an

@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -71,15 +70,16 @@ func writeCanonString(out *bytes.Buffer, s string) {
 
 // canonNumber formats a JSON number literal as ECMAScript's
 // Number.prototype.toString does, and refuses literals whose value a double
-// cannot hold exactly enough to print back to the same number.
+// cannot hold exactly enough to print back to the same number. Its errors
+// do not quote the literal, which is part of the args.
 func canonNumber(lit string) (string, error) {
 	f, err := strconv.ParseFloat(lit, 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-		return "", fmt.Errorf("number %s out of range", lit)
+		return "", errors.New("out of range")
 	}
 	s := formatES(f)
 	if !sameValue(lit, s) {
-		return "", fmt.Errorf("number %s loses precision as a double (%s); send it as a string", lit, s)
+		return "", errors.New("loses precision as a double; send it as a string")
 	}
 	return s, nil
 }

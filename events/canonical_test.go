@@ -177,9 +177,9 @@ func TestCanonicalErrors(t *testing.T) {
 		{name: "two high surrogates", in: `"\ud83d\ud83d"`, want: "lone UTF-16 surrogate"},
 		{name: "reversed pair", in: `"\ude00\ud83d"`, want: "lone UTF-16 surrogate"},
 		{name: "lone surrogate in key", in: `{"\uDFFF":1}`, want: "lone UTF-16 surrogate"},
-		{name: "duplicate key", in: `{"a":1,"a":2}`, want: `duplicate object key "a"`},
-		{name: "duplicate key via escape", in: `{"a":1,"\u0061":1}`, want: `duplicate object key "a"`},
-		{name: "duplicate key nested", in: `[{"x":{"k":1,"k":1}}]`, want: `duplicate object key "k"`},
+		{name: "duplicate key", in: `{"a":1,"a":2}`, want: `duplicate object key at offset 7`},
+		{name: "duplicate key via escape", in: `{"a":1,"\u0061":1}`, want: `duplicate object key at offset 7`},
+		{name: "duplicate key nested", in: `[{"x":{"k":1,"k":1}}]`, want: `duplicate object key at offset 13`},
 		{name: "trailing value", in: `{} {}`, want: "trailing data"},
 		{name: "trailing number", in: `1 2`, want: "trailing data"},
 		{name: "trailing bracket", in: `[1]]`, want: "trailing data"},
@@ -187,15 +187,15 @@ func TestCanonicalErrors(t *testing.T) {
 		{name: "depth 65 arrays", in: nested(events.MaxJSONDepth + 1), want: "nesting deeper than 64"},
 		{name: "depth 65 objects", in: nestedObj(events.MaxJSONDepth + 1), want: "nesting deeper than 64"},
 		{name: "very deep", in: nested(10000), want: "nesting deeper than 64"},
-		{name: "precision lost 20 digits", in: `12345678901234567890`, want: "loses precision as a double (12345678901234567000)"},
-		{name: "precision lost 2^53+1", in: `9007199254740993`, want: "loses precision as a double (9007199254740992)"},
-		{name: "precision lost decimal", in: `333333333.33333329`, want: "loses precision as a double (333333333.3333333)"},
+		{name: "precision lost 20 digits", in: `12345678901234567890`, want: "number at offset 0 loses precision as a double"},
+		{name: "precision lost 2^53+1", in: `9007199254740993`, want: "loses precision as a double"},
+		{name: "precision lost decimal", in: `333333333.33333329`, want: "loses precision as a double"},
 		{name: "precision lost in args", in: `{"id":[1,18446744073709551615]}`, want: "loses precision"},
-		{name: "underflow", in: `1e-400`, want: "loses precision as a double (0)"},
+		{name: "underflow", in: `1e-400`, want: "loses precision as a double"},
 		{name: "huge negative exponent", in: `1e-999999`, want: "loses precision"},
 		{name: "exponent overflows int64", in: `1e-99999999999999999999`, want: "loses precision"},
 		{name: "long fraction", in: "0." + strings.Repeat("1", 100000), want: "loses precision"},
-		{name: "huge exponent", in: `1e400`, want: "number 1e400 out of range"},
+		{name: "huge exponent", in: `1e400`, want: "number at offset 0 out of range"},
 		{name: "huge negative", in: `-1e400`, want: "out of range"},
 		{name: "huge integer", in: "1" + strings.Repeat("0", 400), want: "out of range"},
 		{name: "NaN", in: `NaN`, want: "invalid character"},
@@ -207,8 +207,8 @@ func TestCanonicalErrors(t *testing.T) {
 		{name: "unquoted key", in: `{a:1}`, want: "invalid character"},
 		{name: "trailing comma in array", in: `[1,]`, want: "invalid character"},
 		{name: "trailing comma in object", in: `{"a":1,}`, want: "invalid character"},
-		{name: "missing comma", in: `[1 2]`, want: "invalid character '2' after array element"},
-		{name: "missing colon", in: `{"a" 1}`, want: "invalid character '1' after object key"},
+		{name: "missing comma", in: `[1 2]`, want: "invalid character after array element at offset 3"},
+		{name: "missing colon", in: `{"a" 1}`, want: "invalid character after object key at offset 5"},
 		{name: "unterminated array", in: `[1,2`, want: "EOF"},
 		{name: "unterminated string", in: `"abc`, want: "EOF"},
 		{name: "bad escape", in: `"\x"`, want: "invalid character"},
@@ -222,6 +222,21 @@ func TestCanonicalErrors(t *testing.T) {
 			assert.Nil(t, got)
 			assert.Contains(t, err.Error(), tt.want)
 		})
+	}
+}
+
+// A refusal says where the args are wrong, never what they hold: the gate
+// records its message in a request.rejected event.
+func TestCanonicalErrorsQuoteNothing(t *testing.T) {
+	for _, in := range []string{
+		`{"SECRETKEY":1,"SECRETKEY":2}`, `{"k":12345678901234567891}`, `{"k":1e999}`,
+		`{"k":"x" SECRETVALUE}`, `["SECRET",]`, `{SECRET:1}`,
+	} {
+		_, err := events.Canonical([]byte(in))
+		require.Error(t, err, in)
+		for _, secret := range []string{"SECRET", "1234567890123456789", "1e999", "'"} {
+			assert.NotContains(t, err.Error(), secret, in)
+		}
 	}
 }
 

@@ -35,7 +35,9 @@ func (p *canonParser) syntax(what string) error {
 	if p.pos >= len(p.in) {
 		return errEOF
 	}
-	return fmt.Errorf("invalid character %q %s at offset %d", p.in[p.pos], what, p.pos)
+	// Positions, never the input: args are refused with this message,
+	// and a rejection stores it.
+	return fmt.Errorf("invalid character %s at offset %d", what, p.pos)
 }
 
 func (p *canonParser) value(depth int) error {
@@ -116,6 +118,7 @@ func (p *canonParser) object(depth int) error {
 	}
 	type kv struct {
 		key        string
+		at         int // the key's offset in the input
 		start, end int // the value's canonical bytes in p.out
 	}
 	var members []kv
@@ -128,6 +131,7 @@ func (p *canonParser) object(depth int) error {
 		if p.in[p.pos] != '"' {
 			return p.syntax("looking for beginning of object key string")
 		}
+		at := p.pos
 		key, err := p.str()
 		if err != nil {
 			return err
@@ -141,7 +145,7 @@ func (p *canonParser) object(depth int) error {
 		if err := p.value(depth); err != nil {
 			return err
 		}
-		members = append(members, kv{key, start, len(p.out)})
+		members = append(members, kv{key, at, start, len(p.out)})
 		p.skipSpace()
 		if p.pos >= len(p.in) {
 			return errEOF
@@ -161,7 +165,7 @@ func (p *canonParser) object(depth int) error {
 	}
 	for i := 1; i < len(members); i++ {
 		if members[i].key == members[i-1].key {
-			return fmt.Errorf("duplicate object key %q", members[i].key)
+			return fmt.Errorf("duplicate object key at offset %d", max(members[i].at, members[i-1].at))
 		}
 	}
 	values := slices.Clone(p.out[base:])
@@ -310,7 +314,7 @@ func (p *canonParser) number() error {
 	}
 	s, err := canonNumber(string(p.in[start:p.pos]))
 	if err != nil {
-		return err
+		return fmt.Errorf("number at offset %d %w", start, err)
 	}
 	p.out = append(p.out, s...)
 	return nil

@@ -122,6 +122,21 @@ func Digest(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// OperandKeys rekeys operands, content hashes by path relative to the
+// workspace root as executor.Operands returns them, by the digest of each
+// path: the paths come from the args, and only their digests are stored
+// (Summary.Operands). The caller owns the result; nil stays nil.
+func OperandKeys(byPath map[string]string) map[string]string {
+	if byPath == nil {
+		return nil
+	}
+	out := make(map[string]string, len(byPath))
+	for path, h := range byPath {
+		out[Digest([]byte(path))] = h
+	}
+	return out
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -77,8 +76,8 @@ type Op struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	ArgsDigest  string `json:"args_digest,omitempty"`
 	RequestSeq  uint64 `json:"request_seq,omitempty"`
-	// Operands are the files the call touches and their hashes at the
-	// decision.
+	// Operands are the hashes, at the decision, of the files the call
+	// touches, keyed by the digest of each path (see Summary.Operands).
 	Operands   map[string]string `json:"operands,omitempty"`
 	PolicyHash string            `json:"policy_hash,omitempty"`
 	Reason     string            `json:"reason,omitempty"`
@@ -91,13 +90,15 @@ type Op struct {
 	// Rule names the policy rule behind the newest decision.
 	Rule string `json:"rule,omitempty"`
 	// Attempt is the id of the newest claim; Attempts counts claims.
-	Attempt      string          `json:"attempt,omitempty"`
-	Attempts     int             `json:"attempts,omitempty"`
-	Result       json.RawMessage `json:"result,omitempty"`
-	ResultDigest string          `json:"result_digest,omitempty"`
-	ErrorCode    Code            `json:"error_code,omitempty"`
-	Error        string          `json:"error,omitempty"`
-	Scrubbed     bool            `json:"scrubbed,omitempty"`
+	Attempt  string `json:"attempt,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	// ResultDigest and ResultBytes describe a completed op's result, which
+	// is not kept: only the reply to the request carried it.
+	ResultDigest string `json:"result_digest,omitempty"`
+	ResultBytes  int    `json:"result_bytes,omitempty"`
+	ErrorCode    Code   `json:"error_code,omitempty"`
+	Error        string `json:"error,omitempty"`
+	Scrubbed     bool   `json:"scrubbed,omitempty"`
 	// Version is the op subject's sequence of the last applied event: the
 	// value the next transition must expect.
 	Version uint64 `json:"version"`
@@ -148,7 +149,7 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.Attempt = d.Attempt
 		op.Attempts++
 	case *Completed:
-		op.Result, op.ResultDigest = d.Result, d.ResultDigest
+		op.ResultDigest, op.ResultBytes = d.ResultDigest, d.ResultBytes
 	case *Failed:
 		op.ErrorCode, op.Error = d.Code, d.Message
 	case *Ambiguous:

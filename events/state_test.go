@@ -1,7 +1,6 @@
 package events_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -45,9 +44,9 @@ func stateEvents() map[string]any {
 		"claimed a2 recov a1": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2},
 		"claimed a2 recov zz": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2},
 		"claimed a2":          &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", WorkSeq: 51, Delivery: 1},
-		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", Result: json.RawMessage(`{"sent":true}`), ResultDigest: "sha256:r1", DurationMS: 12},
-		"completed zz":        &events.Completed{OpHeader: stateHdr, Attempt: "zz", Result: json.RawMessage(`{}`), ResultDigest: "sha256:r2"},
-		"completed":           &events.Completed{OpHeader: stateHdr, Result: json.RawMessage(`{}`), ResultDigest: "sha256:r2"},
+		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
+		"completed zz":        &events.Completed{OpHeader: stateHdr, Attempt: "zz", ResultDigest: "sha256:r2", ResultBytes: 2},
+		"completed":           &events.Completed{OpHeader: stateHdr, ResultDigest: "sha256:r2", ResultBytes: 2},
 		"failed":              &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
 		"failed a1":           &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
 		"failed zz":           &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
@@ -255,7 +254,7 @@ func TestApplyLifecycle(t *testing.T) {
 		assert.Equal(t, s.state, op.State, s.ev)
 		seq++
 	}
-	done := &events.Completed{OpHeader: stateHdr, Attempt: "a2", Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9", DurationMS: 40, Recovered: true}
+	done := &events.Completed{OpHeader: stateHdr, Attempt: "a2", ResultDigest: "sha256:r9", ResultBytes: 24, DurationMS: 40, Recovered: true}
 	require.NoError(t, op.Apply(done, 6, t0.Add(6*time.Minute)))
 	require.NoError(t, op.Apply(evs["scrubbed"], 7, t0.Add(7*time.Minute)))
 
@@ -268,7 +267,7 @@ func TestApplyLifecycle(t *testing.T) {
 		PolicyHash: "sha256:p1", Reason: "tool allowed", HoldID: "hold_1",
 		HoldExpiresAt: &holdExp, Approver: "alice", Resolution: "grant",
 		Attempt: "a2", Attempts: 2,
-		Result: json.RawMessage(`{"sent":true,"id":"m-1"}`), ResultDigest: "sha256:r9",
+		ResultDigest: "sha256:r9", ResultBytes: 24,
 		Scrubbed: true,
 		Version:  7, FirstSeq: 1,
 		CreatedAt: t0.Add(time.Minute), UpdatedAt: t0.Add(7 * time.Minute),
@@ -329,15 +328,15 @@ func TestApplyFields(t *testing.T) {
 			assert.Equal(t, "a2", op.Attempt)
 			assert.Equal(t, 2, op.Attempts)
 		}},
-		{name: "completed stores the result", history: "executing", ev: "completed a1", check: func(t *testing.T, op *events.Op) {
-			assert.JSONEq(t, `{"sent":true}`, string(op.Result))
+		{name: "completed keeps the result's digest and size", history: "executing", ev: "completed a1", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, "sha256:r1", op.ResultDigest)
+			assert.Equal(t, 13, op.ResultBytes)
 			assert.Empty(t, op.ErrorCode)
 		}},
 		{name: "failed", history: "executing", ev: "failed a1", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, events.CodeExecutorFailed, op.ErrorCode)
 			assert.Equal(t, "smtp 550", op.Error)
-			assert.Nil(t, op.Result)
+			assert.Empty(t, op.ResultDigest)
 		}},
 		{name: "failed from ready", history: "ready", ev: "failed", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, events.CodeRequestUnavailable, op.ErrorCode)
@@ -347,9 +346,9 @@ func TestApplyFields(t *testing.T) {
 			assert.Equal(t, events.CodeAmbiguous, op.ErrorCode)
 			assert.Equal(t, "request sent, no reply", op.Error)
 		}},
-		{name: "scrubbed keeps the result", history: "completed", ev: "scrubbed", check: func(t *testing.T, op *events.Op) {
+		{name: "scrubbed keeps the result digest", history: "completed", ev: "scrubbed", check: func(t *testing.T, op *events.Op) {
 			assert.True(t, op.Scrubbed)
-			assert.JSONEq(t, `{"sent":true}`, string(op.Result))
+			assert.Equal(t, "sha256:r1", op.ResultDigest)
 			assert.Equal(t, events.StateCompleted, op.State)
 		}},
 	}

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"encoding/json"
 	"time"
 )
 
@@ -75,8 +74,10 @@ type Summary struct {
 	// carries the args.
 	RequestSeq uint64 `json:"request_seq"`
 	// Operands are the content hashes of the workspace files the call will
-	// touch, by path, as the gate found them when it decided: the executor
-	// takes them again after its claim and runs nothing if one changed.
+	// touch, as the gate found them when it decided, keyed by the digest of
+	// each file's path (OperandKeys: the paths are argument text): the
+	// executor takes them again after its claim and runs nothing if one
+	// changed.
 	Operands map[string]string `json:"operands,omitempty"`
 }
 
@@ -178,14 +179,18 @@ type Claimed struct {
 	Runner string `json:"runner,omitempty"`
 }
 
-// Completed records the stored result. Terminal.
+// Completed records that the op ran and returned a result. Terminal. The
+// result itself is never stored: the event carries its digest and size,
+// and the result travels only in the reply to the request (core NATS).
 type Completed struct {
 	OpHeader
-	Attempt      string          `json:"attempt"`
-	Result       json.RawMessage `json:"result"`
-	ResultDigest string          `json:"result_digest"`
-	DurationMS   int64           `json:"duration_ms"`
-	Recovered    bool            `json:"recovered,omitempty"`
+	Attempt string `json:"attempt"`
+	// ResultDigest is the sha256: digest of the compacted result, and
+	// ResultBytes its size in bytes.
+	ResultDigest string `json:"result_digest"`
+	ResultBytes  int    `json:"result_bytes"`
+	DurationMS   int64  `json:"duration_ms"`
+	Recovered    bool   `json:"recovered,omitempty"`
 }
 
 // Failed records that the op ran, or could not run, and failed. Terminal.

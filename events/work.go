@@ -17,8 +17,16 @@ type Reply struct {
 	Existing bool   `json:"existing,omitempty"`
 	Code     Code   `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
-	// Result is the stored result of a completed op.
+	// Result is a completed op's result. Only the executor's reply to the
+	// request that created the op carries it: Airlock does not keep it, so
+	// a retry, a poll or a query gets ResultDigest and ResultBytes alone.
+	// An empty result is the JSON null, never an absent field.
 	Result json.RawMessage `json:"result,omitempty"`
+	// ResultDigest (sha256: of the compacted result) and ResultBytes (its
+	// size) describe a completed op's result, on every reply that says
+	// it completed, with or without Result.
+	ResultDigest string `json:"result_digest,omitempty"`
+	ResultBytes  int    `json:"result_bytes,omitempty"`
 	// Hold describes the hold of a held op (Code APPROVAL_REQUIRED).
 	Hold *HoldInfo `json:"hold,omitempty"`
 	// Mode is the control an operator's mode command recorded.
@@ -74,13 +82,14 @@ func StatusReply(data any) (Reply, bool) {
 }
 
 // OutcomeReply is the Reply that announces a terminal op event, and false
-// for any other event.
+// for any other event. For completed it carries the result's digest and
+// size, not the result, which no event holds.
 func OutcomeReply(data any) (Reply, bool) {
 	h, _ := IsOpEvent(data)
 	r := Reply{OpID: h.OpID}
 	switch d := data.(type) {
 	case *Completed:
-		r.State, r.Result = StateCompleted, d.Result
+		r.State, r.ResultDigest, r.ResultBytes = StateCompleted, d.ResultDigest, d.ResultBytes
 	case *Failed:
 		r.State, r.Code, r.Message = StateFailed, d.Code, d.Message
 	case *Denied:

@@ -163,8 +163,17 @@ type Outcome struct {
 	State events.State `json:"state"`
 	// Pending is true when the wait ran out before a terminal state.
 	Pending bool `json:"pending,omitempty"`
-	// Result is the stored result of a completed op.
+	// Result is a completed op's result. Airlock does not keep results:
+	// only the reply of the runner that ran the op carries it, to the
+	// request that created the op. A Submit that learns of the completion
+	// otherwise (a retry of an op that had already completed, a reply
+	// that was lost) has ResultDigest and ResultBytes without Result. A
+	// result that is empty is the JSON null, never a missing Result.
 	Result json.RawMessage `json:"result,omitempty"`
+	// ResultDigest (sha256: of the compacted result) and ResultBytes (its
+	// size in bytes) describe a completed op's result, kept or not.
+	ResultDigest string `json:"result_digest,omitempty"`
+	ResultBytes  int    `json:"result_bytes,omitempty"`
 	// Code and Message explain a denied, failed, expired or ambiguous op,
 	// and a held one (APPROVAL_REQUIRED).
 	Code    events.Code `json:"error_code,omitempty"`
@@ -268,15 +277,27 @@ func retryable(err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
+// ResultGrace is how long Submit waits for the runner's reply, which
+// alone carries the result, once it knows from elsewhere (its own read of
+// the op, a reply without the result) that the op completed.
+const ResultGrace = 500 * time.Millisecond
+
 // await waits for a terminal event, a reply, or the end of the wait.
 func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (Outcome, error) {
 	ticker := time.NewTicker(c.poll)
 	defer ticker.Stop()
+	var grace <-chan time.Time
 	for {
 		if o, err, done := w.result(); done {
 			return o, err
 		}
 		select {
+		case <-w.completed:
+			if grace == nil {
+				grace = time.After(ResultGrace)
+			}
+		case <-grace:
+			w.settleUnresulted()
 		case <-w.done:
 		case <-w.poked:
 			c.refresh(wctx, w, ws, opID)
@@ -290,6 +311,7 @@ func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (O
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			c.refresh(rctx, w, ws, opID)
 			cancel()
+			w.settleUnresulted()
 			o, err, done := w.result()
 			if done {
 				return o, err

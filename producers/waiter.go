@@ -11,15 +11,25 @@ type waiter struct {
 	opID  string
 	done  chan struct{} // closed at a terminal outcome or a rejection
 	poked chan struct{} // asks await to read the op's newest event
+	// completed is signalled when the op is known to have completed but
+	// its result has not arrived: only the runner's reply carries it, and
+	// await gives that reply a short grace before it settles without.
+	completed chan struct{}
 
 	mu      sync.Mutex
 	outcome Outcome
 	err     error
 	closed  bool
+	// unresulted is the completed outcome, without its result, that ends
+	// the wait if no reply brings the result.
+	unresulted *Outcome
 }
 
 func newWaiter(opID string) *waiter {
-	return &waiter{opID: opID, done: make(chan struct{}), poked: make(chan struct{}, 1), outcome: Outcome{OpID: opID}}
+	return &waiter{
+		opID: opID, done: make(chan struct{}), poked: make(chan struct{}, 1),
+		completed: make(chan struct{}, 1), outcome: Outcome{OpID: opID},
+	}
 }
 
 func (w *waiter) poke() {
@@ -43,8 +53,22 @@ func (w *waiter) finish() {
 	}
 }
 
+// settleUnresulted ends the wait with the completed outcome that came
+// without its result, if there is one; it reports whether it did.
+func (w *waiter) settleUnresulted() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.unresulted == nil {
+		return false
+	}
+	w.outcome = *w.unresulted
+	w.finish()
+	return true
+}
+
 // event folds one op event into the outcome: a terminal event ends the
-// wait with the same outcome a reply would carry.
+// wait with the same outcome a reply would carry, except that a completed
+// event, which holds no result, waits for the runner's reply a little.
 func (w *waiter) event(t events.Type, data any) {
 	if r, ok := events.StatusReply(data); ok {
 		w.reply(r)
@@ -73,8 +97,23 @@ func (w *waiter) reply(r events.Reply) {
 	case r.OpID == "" && r.Code != "":
 		w.err = &events.Error{Code: r.Code, Message: r.Message}
 		w.finish()
+	case r.State == events.StateCompleted && r.Result == nil && !r.Existing:
+		// Read from the stream, or a runner's reply that holds the stored
+		// outcome only: the reply of the runner that ran it may still be
+		// on its way with the result. (existing: the gate says the op
+		// had ended before this request: no result is coming.)
+		o := Outcome{OpID: w.opID, State: r.State, ResultDigest: r.ResultDigest, ResultBytes: r.ResultBytes}
+		w.unresulted = &o
+		w.outcome.State = r.State
+		select {
+		case w.completed <- struct{}{}:
+		default:
+		}
 	case r.State.Terminal():
-		w.outcome = Outcome{OpID: w.opID, State: r.State, Result: r.Result, Code: r.Code, Message: r.Message}
+		w.outcome = Outcome{
+			OpID: w.opID, State: r.State, Result: r.Result, ResultDigest: r.ResultDigest, ResultBytes: r.ResultBytes,
+			Code: r.Code, Message: r.Message,
+		}
 		w.finish()
 	case r.State == events.StateHeld && r.Hold != nil:
 		exp := r.Hold.ExpiresAt
@@ -96,11 +135,8 @@ func (w *waiter) op(op *events.Op) {
 	if !op.State.Terminal() {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return
-	}
-	w.outcome = Outcome{OpID: op.ID, State: op.State, Result: op.Result, Code: op.ErrorCode, Message: op.Error}
-	w.finish()
+	w.reply(events.Reply{
+		OpID: op.ID, State: op.State, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,
+		Code: op.ErrorCode, Message: op.Error,
+	})
 }

@@ -77,6 +77,11 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(w, "exec of /bin/true:           %10.0f ops/s   (pipeline, %d at a time)\n", res.ExecOpsPerS, res.ExecConcurrency)
 				fmt.Fprintf(w, "bare fork/exec of /bin/true: %10.0f /s      (overhead x%.2f)\n", res.ForkExecPerS, res.ExecOverhead)
 			}
+			if res.AuditLeaves > 0 {
+				fmt.Fprintf(w, "pipeline without audit log:  %10.0f ops/s   (the log costs %.1f%%)\n", res.OpsPerSNoLog, 100*res.LogCost)
+				fmt.Fprintf(w, "audit log append:            %10.0f ns/event (%d leaves)\n", res.AuditAppendNS, res.AuditLeaves)
+				fmt.Fprintf(w, "audit verify:                %10.0f leaves/s\n", res.AuditVerifyPerS)
+			}
 			return nil
 		},
 	}
@@ -85,6 +90,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Concurrency, "concurrency", 512, "submits in flight")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
+	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")

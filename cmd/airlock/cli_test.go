@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,8 +74,25 @@ func TestCLI(t *testing.T) {
 	// The same request again is the same op, still completed, not rerun.
 	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", `{ "hello" : "world" }`, "--json")
 	require.Equal(t, 0, code)
-	require.NoError(t, json.Unmarshal([]byte(out), &got))
-	assert.Equal(t, completed, got.OpID)
+	var retry struct {
+		OpID         string          `json:"op_id"`
+		Result       json.RawMessage `json:"result"`
+		ResultDigest string          `json:"result_digest"`
+		ResultBytes  int             `json:"result_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &retry))
+	assert.Equal(t, completed, retry.OpID)
+	// Airlock keeps no result: the retry learns its digest and size.
+	assert.Nil(t, retry.Result, out)
+	assert.Equal(t, events.Digest([]byte(`{"hello":"world"}`)), retry.ResultDigest)
+	assert.Equal(t, len(`{"hello":"world"}`), retry.ResultBytes)
+	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", `{"hello":"world"}`)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "result not kept: "+retry.ResultDigest)
+	out, _, code = srv.run(t, "ops", "get", completed)
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, "not kept: "+retry.ResultDigest)
+	assert.NotContains(t, out, "world")
 
 	// denied: exit 4 with the code.
 	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "format_disk", "--json")

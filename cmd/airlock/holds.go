@@ -99,6 +99,19 @@ func newHoldsShow(g *globals) *cobra.Command {
 				return commandFailed(cmd, err, asJSON)
 			}
 			argsJSON, digest, err := a.Args(cmd.Context(), op)
+			if erased(op, err) {
+				// A hold that ended: its op's request was erased with the
+				// argument plaintext. The op and its digest remain.
+				if asJSON {
+					printJSON(cmd.OutOrStdout(), op)
+					return nil
+				}
+				if err := printOp(cmd.OutOrStdout(), op); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "args: erased once the op ended (%s)\n", op.ArgsDigest)
+				return nil
+			}
 			if err != nil {
 				return commandFailed(cmd, err, asJSON)
 			}
@@ -160,7 +173,13 @@ an error, 2 usage.`,
 			if digest == "" {
 				// Bind the resolution to the args as read from the request
 				// itself, not to the digest the projection shows.
-				if _, digest, err = a.Args(cmd.Context(), op); err != nil {
+				_, digest, err = a.Args(cmd.Context(), op)
+				if erased(op, err) {
+					// The hold has ended: the gate answers how, and
+					// whether this resolution is the one that stands.
+					digest, err = op.ArgsDigest, nil
+				}
+				if err != nil {
 					return commandFailed(cmd, err, asJSON)
 				}
 			}
@@ -195,4 +214,10 @@ func commandFailed(cmd *cobra.Command, err error, asJSON bool) error {
 		return &exitError{code: exitFailed}
 	}
 	return &exitError{code: exitFailed, err: err}
+}
+
+// erased reports whether err says that the request of op is gone because
+// op ended: Airlock erases a terminal op's argument plaintext.
+func erased(op *events.Op, err error) bool {
+	return err != nil && op.State.Terminal() && events.CodeOf(err) == events.CodeRequestUnavailable
 }

@@ -155,7 +155,10 @@ func printOp(w io.Writer, op *events.Op) error {
 	}
 	row("attempts", fmt.Sprint(op.Attempts))
 	row("error", string(op.ErrorCode)+" "+op.Error)
-	row("result", string(op.Result))
+	if op.ResultDigest != "" {
+		// Airlock keeps no result: only the reply to the request had it.
+		row("result", fmt.Sprintf("not kept: %s, %d bytes", op.ResultDigest, op.ResultBytes))
+	}
 	row("created", op.CreatedAt.Format(time.RFC3339Nano))
 	row("updated", op.UpdatedAt.Format(time.RFC3339Nano))
 	return tw.Flush()

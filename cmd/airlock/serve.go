@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -94,12 +96,20 @@ func newServe(g *globals) *cobra.Command {
 	f.StringToStringVar(&cfg.Tools.Remote, "remote-tool", nil, "a remote tool and the NATS subject its tool server listens on, TOOL=SUBJECT (repeatable; see docs/remote.md)")
 	f.DurationVar(&cfg.Tools.RemoteTimeout, "remote-timeout", 30*time.Second, "timeout of a remote tool call")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 1024, "sign an audit checkpoint once this many events are unsigned")
+	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "sign an audit checkpoint once the oldest unsigned event is this old")
+	f.IntVar(&cfg.ScrubSecureBacklog, "secure-erase-backlog", 16, "erase each finished op's request with a JetStream secure delete while no more than this many wait; above it, delete them (their bytes leave the disk with their block; see docs/security.md); -1: always secure")
+	f.BoolVar(&cfg.AuditOverride, "unsafe-audit-override", false, "start even when the audit log fails verification (rolled back, forked, tampered): logged as an error; investigate first")
 	f.BoolVar(&noAuth, "no-auth", false, "admit every client with every permission (no credentials): only for a private, single-user machine")
 	return cmd
 }
 
 func serve(ctx context.Context, cfg app.Config) error {
 	a, err := app.Start(ctx, cfg)
+	var auditErr *app.AuditError
+	if errors.As(err, &auditErr) {
+		return &exitError{code: exitAudit, err: err}
+	}
 	if err != nil {
 		return err
 	}
@@ -108,6 +118,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
+	fmt.Printf("  audit:   %s (%s; %d events, %s)\n", a.AuditKey.Origin, filepath.Join(cfg.DataDir, audit.PubFile), a.AuditReport.Size, a.AuditReport.Status)
 	logWarnings(cfg.Logger, a.Policy().Warnings())
 	if a.Authority != nil {
 		fmt.Printf("  creds:   %s\n", filepath.Dir(a.Authority.CredsPath(authority.ServiceName)))

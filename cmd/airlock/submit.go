@@ -110,8 +110,13 @@ func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
 		if out.Held() {
 			fmt.Fprintf(w, "hold %s covers args %s; expires %s\n", out.HoldID, out.ArgsDigest, out.HoldExpiresAt.Format(time.RFC3339))
 		}
-		if len(out.Result) > 0 {
+		switch {
+		case len(out.Result) > 0:
 			fmt.Fprintln(w, string(out.Result))
+		case out.ResultDigest != "":
+			// The op completed before this request, or its reply was
+			// lost: Airlock keeps no result, only its digest.
+			fmt.Fprintf(w, "result not kept: %s, %d bytes\n", out.ResultDigest, out.ResultBytes)
 		}
 	}
 	switch {

@@ -13,13 +13,19 @@ import (
 )
 
 // answer sends a terminal event's outcome to the request's reply inbox.
-func (r *Runner) answer(item work, data any) {
+// result is the result the runner holds in memory for a completed event
+// it stored itself (nil otherwise): the reply is the only place it goes,
+// since the event carries its digest alone.
+func (r *Runner) answer(item work, data any, result json.RawMessage) {
 	if !events.ValidReplyTo(item.ReplyTo, item.Agent) {
 		return
 	}
 	reply, ok := events.OutcomeReply(data)
 	if !ok {
 		return
+	}
+	if result != nil && reply.State == events.StateCompleted && len(result) == reply.ResultBytes {
+		reply.Result = result
 	}
 	body, err := events.MarshalJSON(reply)
 	if err == nil {
@@ -49,7 +55,7 @@ func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work,
 // append; a conflict means the op was recovered by another runner and this
 // attempt's outcome no longer counts.
 func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
-	typ, data := outcome(call, item, result, xerr, took, recovered)
+	typ, data, kept := outcome(call, item, result, xerr, took, recovered)
 	var err error
 	for try := range r.cfg.RecordRetries {
 		if try > 0 {
@@ -59,7 +65,7 @@ func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint
 				return ctx.Err()
 			}
 		}
-		if err = r.terminal(ctx, item, claimSeq, typ, data); err == nil {
+		if err = r.terminal(ctx, item, claimSeq, typ, data, kept); err == nil {
 			return nil
 		}
 	}
@@ -67,13 +73,14 @@ func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint
 }
 
 // terminal appends a terminal event expecting the op at expect and answers
-// the reply inbox once it is stored. A lost compare-and-swap is not an
-// error: another runner settled the op, and this event no longer counts.
-func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t events.Type, data any) error {
+// the reply inbox once it is stored, with result for a completed event. A
+// lost compare-and-swap is not an error: another runner settled the op,
+// and this event no longer counts.
+func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t events.Type, data any, result json.RawMessage) error {
 	_, err := r.append(ctx, item, expect, t, data)
 	switch {
 	case err == nil:
-		r.answer(item, data)
+		r.answer(item, data, result)
 		r.forget(ctx, item)
 		return nil
 	case errors.Is(err, oplog.ErrConflict):
@@ -82,10 +89,12 @@ func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t event
 	return err
 }
 
-// outcome builds the terminal event for an execution.
-func outcome(call Call, item work, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any) {
-	failed := func(code events.Code, msg string) (events.Type, any) {
-		return events.TypeFailed, &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: code, Message: msg}
+// outcome builds the terminal event for an execution and, for completed,
+// returns the compacted result the event describes (its digest and size):
+// the caller puts it into the reply, and nowhere else.
+func outcome(call Call, item work, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any, json.RawMessage) {
+	failed := func(code events.Code, msg string) (events.Type, any, json.RawMessage) {
+		return events.TypeFailed, &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: code, Message: msg}, nil
 	}
 	if xerr != nil {
 		var e *events.Error
@@ -93,7 +102,7 @@ func outcome(call Call, item work, result json.RawMessage, xerr error, took time
 			// The executor cannot tell whether its call took effect (a
 			// remote call whose answer was lost, say): never failed, never
 			// run again.
-			return events.TypeAmbiguous, &events.Ambiguous{OpHeader: hdr(item), Attempt: call.Attempt, Code: e.Code, Known: e.Message}
+			return events.TypeAmbiguous, &events.Ambiguous{OpHeader: hdr(item), Attempt: call.Attempt, Code: e.Code, Known: e.Message}, nil
 		}
 		if errors.As(xerr, &e) {
 			return failed(e.Code, e.Message)
@@ -107,16 +116,23 @@ func outcome(call Call, item work, result json.RawMessage, xerr error, took time
 	// them, and a result is never refused for how it spells a number.
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, result); err != nil {
-		return failed(events.CodeExecutorFailed, "result is not valid JSON: "+err.Error())
+		// The parser's message would quote a piece of the output: say
+		// where it broke instead.
+		at := ""
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			at = fmt.Sprintf(" at byte %d", se.Offset)
+		}
+		return failed(events.CodeExecutorFailed, fmt.Sprintf("result of %d bytes is not valid JSON%s", len(result), at))
 	}
 	canon := buf.Bytes()
 	if len(canon) > events.MaxResultBytes {
 		return failed(events.CodeResultTooLarge, fmt.Sprintf("result is %d bytes, limit %d", len(canon), events.MaxResultBytes))
 	}
 	return events.TypeCompleted, &events.Completed{
-		OpHeader: hdr(item), Attempt: call.Attempt, Result: canon,
-		ResultDigest: events.Digest(canon), DurationMS: took.Milliseconds(), Recovered: recovered,
-	}
+		OpHeader: hdr(item), Attempt: call.Attempt,
+		ResultDigest: events.Digest(canon), ResultBytes: len(canon), DurationMS: took.Milliseconds(), Recovered: recovered,
+	}, canon
 }
 
 // forget lets the op's executor drop its records, now that the op's

@@ -52,6 +52,7 @@ func TestOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := testenv.StartNATS(t, streams.Config{})
 			op, _ := readyOp(t, n, tc.ex.name, `{}`)
+			next := replies(t, n, op)
 			runRunner(t, n, tc.ex)
 			last := lastEvent(t, n.JetStream, op)
 			assert.Equal(t, tc.want, last.Type)
@@ -62,11 +63,21 @@ func TestOutcomes(t *testing.T) {
 				if tc.ex.result == nil {
 					want = `null`
 				}
-				assert.JSONEq(t, want, string(d.Result))
-				assert.Equal(t, events.Digest(d.Result), d.ResultDigest)
+				assert.Equal(t, events.Digest([]byte(want)), d.ResultDigest)
+				assert.Equal(t, len(want), d.ResultBytes)
+				// The result is in the reply only, compacted.
+				r := next()
+				assert.Equal(t, events.StateCompleted, r.State)
+				assert.Equal(t, want, string(r.Result))
+				assert.Equal(t, d.ResultDigest, r.ResultDigest)
+				assert.Equal(t, d.ResultBytes, r.ResultBytes)
 			case *events.Failed:
 				assert.Equal(t, tc.code, d.Code)
 				assert.NotEmpty(t, d.Message)
+				assert.NotContains(t, d.Message, "nope", "no piece of the output in the stored message")
+				r := next()
+				assert.Equal(t, events.StateFailed, r.State)
+				assert.Nil(t, r.Result)
 			}
 		})
 	}

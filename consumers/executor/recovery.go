@@ -13,15 +13,42 @@ import (
 
 // unfetched settles a job whose args could not be read: a transient
 // failure is retried; args that are gone fail the op if it is still ready.
+// An op that moved on (its request erased once it ended, say) is answered
+// with its stored outcome, as a lost claim would be.
 func (r *Runner) unfetched(ctx context.Context, j *job) error {
 	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
 	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
-	if err := r.terminal(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed); err != nil {
+	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
+	switch {
+	case err == nil:
+		r.answer(j.d.item, failed, nil)
+		r.forget(ctx, j.d.item)
+		return nil
+	case !errors.Is(err, oplog.ErrConflict):
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	if last.Seq <= j.d.item.ReadySeq {
+		return fmt.Errorf("%w: read of %s is behind its conflict", errNotClaimed, j.d.item.OpID)
+	}
+	r.ended(ctx, j.d.item, last.Data)
 	return nil
+}
+
+// ended settles a delivery whose op has moved on: if the op has ended, the
+// stored outcome goes to the reply subject and the executor's records of
+// the op go (a crash between the terminal event and Forget left them).
+func (r *Runner) ended(ctx context.Context, item work, data any) {
+	if _, terminal := events.OutcomeReply(data); !terminal {
+		return
+	}
+	r.answer(item, data, nil)
+	r.forget(ctx, item)
 }
 
 // conflict settles a job whose claim was reported lost, from one read of
@@ -44,7 +71,7 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 		return 0, fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
 	case !ok:
 		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
-		r.answer(j.d.item, last.Data)
+		r.ended(ctx, j.d.item, last.Data)
 		return 0, nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
 		return 0, nil // claimed through another decided event, or another group
@@ -71,7 +98,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work,
 	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
 	if rec.Action == Ambiguous {
 		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
-		return r.terminal(ctx, item, expect, events.TypeAmbiguous, amb)
+		return r.terminal(ctx, item, expect, events.TypeAmbiguous, amb, nil)
 	}
 	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
 	if errors.Is(err, oplog.ErrConflict) {

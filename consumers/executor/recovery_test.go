@@ -57,9 +57,30 @@ func readyOp(t *testing.T, n *testenv.NATS, tool, args string) (op string, decid
 		OpHeader:   events.OpHeader{OpID: op, Workspace: "rec"},
 		Request:    &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
 		PolicyHash: "sha256:test", Reason: "test",
-	})
+	}, oplog.ReplyTo(replySubject(op)))
 	require.NoError(t, err)
 	return op, decidedSeq
+}
+
+// replySubject is where the runner answers the request of op.
+func replySubject(op string) string { return events.ReplyPrefix("a") + "test." + op }
+
+// replies subscribes to op's reply subject; the function it returns waits
+// for the next reply.
+func replies(t *testing.T, n *testenv.NATS, op string) func() events.Reply {
+	t.Helper()
+	sub, err := n.Conn.SubscribeSync(replySubject(op))
+	require.NoError(t, err)
+	require.NoError(t, n.Conn.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() events.Reply {
+		t.Helper()
+		m, err := sub.NextMsg(10 * time.Second)
+		require.NoError(t, err, "no reply")
+		var r events.Reply
+		require.NoError(t, json.Unmarshal(m.Data, &r))
+		return r
+	}
 }
 
 // lostClaim writes what a runner that died mid-call leaves behind: the
@@ -121,6 +142,7 @@ func TestLostClaimRecovery(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := testenv.StartNATS(t, streams.Config{})
 			op, _ := lostClaim(t, n)
+			next := replies(t, n, op)
 			ex := &scripted{recovery: tc.recovery}
 			runRunner(t, n, ex)
 			last := lastEvent(t, n.JetStream, op)
@@ -134,11 +156,17 @@ func TestLostClaimRecovery(t *testing.T) {
 				assert.Equal(t, "may have run", d.Known)
 			case *events.Completed:
 				assert.True(t, d.Recovered, "completed through recovery")
+				want := `{"ran":true}`
 				if tc.recovery.Action == executor.Done {
-					assert.JSONEq(t, `{"from":"ledger"}`, string(d.Result))
-				} else {
-					assert.JSONEq(t, `{"ran":true}`, string(d.Result))
+					want = `{"from":"ledger"}`
 				}
+				// The event holds the digest; the result goes to the reply.
+				assert.Equal(t, events.Digest([]byte(want)), d.ResultDigest)
+				assert.Equal(t, len(want), d.ResultBytes)
+				r := next()
+				assert.Equal(t, events.StateCompleted, r.State)
+				assert.JSONEq(t, want, string(r.Result), "a recovered result reaches the reply")
+				assert.Equal(t, d.ResultDigest, r.ResultDigest)
 			}
 		})
 	}

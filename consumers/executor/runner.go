@@ -225,6 +225,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		mu.Unlock()
 	})
 	records := make([]*oplog.Pending, len(run))
+	results := make([]json.RawMessage, len(run)) // for the replies only
 	for i, j := range run {
 		o := outs[j]
 		if ctx.Err() != nil && o.err != nil {
@@ -238,7 +239,8 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			j.err = err
 			continue
 		}
-		typ, data := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
+		typ, data, kept := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
+		results[i] = kept
 		records[i] = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.seq, typ, Source, data)
 	}
 	for i, j := range run {
@@ -248,7 +250,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		_, err := records[i].Wait(ctx, r.ops)
 		switch {
 		case err == nil:
-			r.answer(j.d.item, records[i].Data())
+			r.answer(j.d.item, records[i].Data(), results[i])
 			failpoint.Hit(failpoint.AfterResult, ex.Tool())
 			r.forget(ctx, j.d.item)
 		case !errors.Is(err, oplog.ErrConflict):
@@ -270,18 +272,21 @@ func operandsUnchanged(ctx context.Context, ex Executor, call Call, want map[str
 	if !ok {
 		return nil
 	}
-	now, err := ob.Operands(ctx, call.Workspace, call.Args)
+	byPath, err := ob.Operands(ctx, call.Workspace, call.Args)
 	if err != nil {
 		return err
 	}
-	for path, h := range now {
-		if want[path] != h {
-			return events.Errorf(events.CodeOperandsChanged, "%s changed since the decision (was %s, is %s); nothing ran", path, orAbsent(want[path]), h)
+	// The decision recorded them by path digest; so do the messages,
+	// which the op's failed event stores.
+	now := events.OperandKeys(byPath)
+	for key, h := range now {
+		if want[key] != h {
+			return events.Errorf(events.CodeOperandsChanged, "the file with path digest %s changed since the decision (was %s, is %s); nothing ran", key, orAbsent(want[key]), h)
 		}
 	}
-	for path, h := range want {
-		if _, ok := now[path]; !ok {
-			return events.Errorf(events.CodeOperandsChanged, "%s (%s at the decision) is no longer an operand; nothing ran", path, h)
+	for key, h := range want {
+		if _, ok := now[key]; !ok {
+			return events.Errorf(events.CodeOperandsChanged, "the file with path digest %s (%s at the decision) is no longer an operand; nothing ran", key, h)
 		}
 	}
 	return nil

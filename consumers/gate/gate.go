@@ -232,14 +232,16 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	for _, a := range adms {
 		seq, err := a.append.Wait(wctx, g.ops)
+		copyOf := false // the message is a second copy of an op's request
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
-			r, err := g.existing(wctx, a.req, a.opID)
+			r, reqSeq, err := g.existing(wctx, a.req, a.opID)
 			if err != nil {
 				g.retry(a.m, "existing "+a.opID, err)
 				continue
 			}
 			a.reply = &r
+			copyOf = reqSeq != 0 && reqSeq != a.reqSeq
 		case err != nil:
 			g.retry(a.m, "admit "+a.opID, err)
 			continue
@@ -252,8 +254,39 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		if a.reply != nil {
 			g.reply(replyTo(a.m), *a.reply)
 		}
+		if copyOf {
+			// The op reads its args from the message that created it;
+			// this copy of them (a retry stored after the dedupe window,
+			// a copy published without Nats-Msg-Id) is needed by nobody.
+			if err := g.erase(wctx, a.m, a.reqSeq); err != nil {
+				continue
+			}
+		}
 		_ = a.m.Ack()
 	}
+}
+
+// maxEraseDeliveries bounds how often a request message is taken again
+// because erasing it failed; after that it is acked and left stored, with
+// an error logged.
+const maxEraseDeliveries = 10
+
+// erase erases a request message nothing needs: a copy of an existing
+// op's request, or a rejected request once its rejection is recorded. On
+// failure the message is naked, to be settled again (answering again is
+// harmless), and an error is returned, until maxEraseDeliveries.
+func (g *Gate) erase(ctx context.Context, m jetstream.Msg, seq uint64) error {
+	err := oplog.EraseRequest(ctx, g.reqs, seq)
+	if err == nil {
+		g.cfg.Logger.Debug("request erased", "seq", seq)
+		return nil
+	}
+	if md, merr := m.Metadata(); merr == nil && md.NumDelivered >= maxEraseDeliveries {
+		g.cfg.Logger.Error("request message left stored: erasing it keeps failing", "seq", seq, "deliveries", md.NumDelivered, "err", err)
+		return nil
+	}
+	g.retry(m, "erase request", err)
+	return err
 }
 
 // start parses one request and starts the append of its op's first event.
@@ -272,6 +305,11 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 			return nil
 		}
 		g.reply(replyTo(m), events.Reply{Code: rerr.Code, Message: rerr.Message})
+		// The rejection records the body's size and digest; the body
+		// itself, which may hold argument plaintext, goes.
+		if err := g.erase(ctx, m, md.Sequence.Stream); err != nil {
+			return nil
+		}
 		_ = m.Ack()
 		return nil
 	}
@@ -360,11 +398,13 @@ func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint,
 	var operands map[string]string
 	if d.Outcome != policy.Deny && g.cfg.Operands != nil {
 		var err error
-		if operands, err = g.cfg.Operands(ctx, req); err != nil {
+		var byPath map[string]string
+		if byPath, err = g.cfg.Operands(ctx, req); err != nil {
 			e := &events.Error{Code: events.CodeInvalidArgs, Message: err.Error()}
 			errors.As(err, &e)
 			d.Outcome, d.Code, d.Reason = policy.Deny, e.Code, e.Message
 		}
+		operands = events.OperandKeys(byPath)
 	}
 	sum := &events.Summary{
 		Fingerprint:    fingerprint,
@@ -392,17 +432,46 @@ func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint,
 
 // existing answers a request whose op already exists: a retry, within the
 // dedupe window or long after it. The op's newest event says where it
-// stands. Nothing is appended: the op's own events carry it on.
-func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (events.Reply, error) {
+// stands. Nothing is appended: the op's own events carry it on. It also
+// returns the sequence of the op's own request message, from the request
+// summary its first event carries (0 when it carries none), so the caller
+// can tell a copy of the request from a redelivery of the message that
+// created the op.
+func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (events.Reply, uint64, error) {
 	last, err := oplog.Last(ctx, g.ops, req.Workspace, opID)
 	if err != nil {
-		return events.Reply{}, err
+		return events.Reply{}, 0, err
+	}
+	sum := summaryOf(last.Data)
+	if sum == nil {
+		first, err := oplog.First(ctx, g.ops, req.Workspace, opID)
+		if err != nil {
+			return events.Reply{}, 0, err
+		}
+		if sum = summaryOf(first.Data); sum == nil {
+			// Not an op the gate made: keep the message rather than guess.
+			g.cfg.Logger.Warn("op's first event carries no request summary; the request is kept", "op", opID, "event_type", first.Type)
+			sum = &events.Summary{}
+		}
 	}
 	if r, ok := events.StatusReply(last.Data); ok {
 		r.Existing = true
-		return r, nil
+		return r, sum.RequestSeq, nil
 	}
-	return events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}, nil
+	return events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}, sum.RequestSeq, nil
+}
+
+// summaryOf is the request summary an op event carries, or nil.
+func summaryOf(data any) *events.Summary {
+	switch d := data.(type) {
+	case *events.Decided:
+		return d.Request
+	case *events.Held:
+		return d.Request
+	case *events.Denied:
+		return d.Request
+	}
+	return nil
 }
 
 // reject records a request.rejected event for a bad request.

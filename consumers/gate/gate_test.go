@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -118,6 +121,8 @@ func TestBadInputIsRejected(t *testing.T) {
 	rejected, err := nc.SubscribeSync(events.RejectedSubjects)
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
+	reqs, err := a.JetStream.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			subject := events.SubjectRoot + ".req." + tc.subject
@@ -150,6 +155,12 @@ func TestBadInputIsRejected(t *testing.T) {
 			assert.Equal(t, tc.code, rej.Code)
 			assert.Equal(t, events.Digest(m.Data), rej.Digest)
 			assert.Equal(t, len(m.Data), rej.Size)
+			// The rejection keeps the body's digest and size; the body,
+			// which may hold args, is erased.
+			require.Eventually(t, func() bool {
+				_, err := reqs.GetMsg(ctx, rej.RequestSeq)
+				return errors.Is(err, jetstream.ErrMsgNotFound)
+			}, 10*time.Second, 10*time.Millisecond)
 		})
 	}
 
@@ -204,4 +215,52 @@ func TestDeniedByPolicy(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, a.PolicyHash(), op.PolicyHash)
 	assert.NotEmpty(t, op.PolicyHash)
+}
+
+// Copies of an op's request (a retry stored after the dedupe window, a
+// copy published without Nats-Msg-Id) are erased once the gate has
+// answered them: the op reads its args from the message that created it,
+// which stays while the op is not terminal, here while it is held.
+func TestCopiesOfARequestAreErased(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{Policy: policy.Spec{
+		Tools:      map[string]string{"echo": "write"},
+		Workspaces: map[string]policy.WorkspaceSpec{"review": {Mode: "confirm"}},
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := events.Request{Workspace: "review", Agent: "ag", Tool: "echo", Args: json.RawMessage(`{"copy":"me"}`)}
+	require.NoError(t, req.Validate())
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	var seqs []uint64
+	for range 3 {
+		m := events.NewMessage(events.RequestSubject("review", "ag"), events.TypeRequested, "test", "", req.FingerprintHex(), body)
+		ack, err := a.JetStream.PublishMsg(ctx, m) // no Nats-Msg-Id: every copy is stored
+		require.NoError(t, err)
+		seqs = append(seqs, ack.Sequence)
+	}
+	opID := events.OpID(req.Fingerprint())
+	var op *events.Op
+	require.Eventually(t, func() bool {
+		op, err = a.Store.Op(opID)
+		return err == nil && op.State == events.StateHeld
+	}, 10*time.Second, 10*time.Millisecond)
+	reqs, err := a.JetStream.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := reqs.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	}, 10*time.Second, 10*time.Millisecond, "two copies erased")
+	raw, err := reqs.GetMsg(ctx, op.RequestSeq)
+	require.NoError(t, err, "the held op's own request stays")
+	assert.Contains(t, seqs, raw.Sequence)
+	assert.Contains(t, string(raw.Data), `"copy":"me"`)
+
+	// Every copy was settled.
+	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 20*time.Millisecond)
 }

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +31,19 @@ type Config struct {
 	// committed; a power loss may lose recent batches, which are then
 	// applied again from the stream.
 	Sync bool
+	// AuditKey signs the audit log's checkpoints. Without it the log's
+	// leaves and hashes are still written, unsigned.
+	AuditKey *audit.Key
+	// Checkpoints keeps the newest checkpoint in JetStream; nil for none.
+	Checkpoints *Checkpoints
+	// CheckpointEvery and CheckpointInterval: a checkpoint is signed once
+	// this many leaves are unsigned, or once the oldest unsigned leaf is
+	// this old, whichever comes first. Defaults 1024 and 1s.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// NoAuditLog writes no leaves: for benchmarks that measure what the
+	// log costs, never for a deployment (serve has no flag for it).
+	NoAuditLog bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -42,6 +58,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1024
+	}
+	if c.CheckpointEvery <= 0 {
+		c.CheckpointEvery = 1024
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -58,6 +80,12 @@ type Projector struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced after each commit
+
+	// unsigned counts leaves after the newest checkpoint; since is when
+	// the first of them was committed.
+	unsigned int64
+	since    time.Time
+	latest   atomic.Pointer[audit.Checkpoint]
 }
 
 // New returns a projector positioned at the store's applied sequence.
@@ -71,8 +99,37 @@ func New(cfg Config) (*Projector, error) {
 	}
 	p := &Projector{cfg: cfg, changed: make(chan struct{})}
 	p.applied.Store(seq)
+	if err := p.loadLatest(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
+
+// loadLatest reads the newest checkpoint and the leaves after it.
+func (p *Projector) loadLatest() error {
+	size, err := p.cfg.Store.LogSize()
+	if err != nil {
+		return fmt.Errorf("projector: %w", err)
+	}
+	var signed int64
+	if note, err := p.cfg.Store.LatestCheckpoint(); err != nil {
+		return fmt.Errorf("projector: %w", err)
+	} else if note != nil && p.cfg.AuditKey != nil {
+		c, err := audit.OpenCheckpoint(note, p.cfg.AuditKey.Verifier)
+		if err != nil {
+			return fmt.Errorf("projector: newest checkpoint: %w", err)
+		}
+		p.latest.Store(c)
+		signed = c.Size
+	}
+	if p.unsigned = size - signed; p.unsigned > 0 {
+		p.since = time.Now()
+	}
+	return nil
+}
+
+// Latest is the newest checkpoint, nil before the first.
+func (p *Projector) Latest() *audit.Checkpoint { return p.latest.Load() }
 
 // Applied is the stream sequence of the last committed message.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
@@ -146,13 +203,25 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 	}()
 
+	// A leftover checkpoint from before a crash is published first, so
+	// JetStream catches up with the store.
+	if err := p.publishLatest(ctx); err != nil {
+		return err
+	}
+	tick := time.NewTicker(p.cfg.CheckpointInterval / 4)
+	defer tick.Stop()
 	for {
 		var m jetstream.Msg
 		var ok bool
 		select {
 		case m, ok = <-msgs:
+		case <-tick.C:
+			if err := p.idleCheckpoint(ctx); err != nil {
+				return err
+			}
+			continue
 		case <-ctx.Done():
-			return nil
+			return p.finalCheckpoint(ctx)
 		}
 		if !ok {
 			select {
@@ -166,6 +235,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		n := 0
 		for {
 			if err := p.apply(b, m); err != nil {
+				b.Abort()
 				return err
 			}
 			n++
@@ -174,11 +244,90 @@ func (p *Projector) Run(ctx context.Context) error {
 			}
 			m = <-msgs
 		}
-		if err := b.Commit(p.cfg.Sync); err != nil {
-			return fmt.Errorf("projector: commit: %w", err)
+		if err := p.commit(ctx, b, int64(n)); err != nil {
+			return err
 		}
-		p.committed(b)
 	}
+}
+
+// commit writes a batch that added leaves leaves, with a checkpoint when
+// one is due, and publishes the checkpoint.
+func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64) error {
+	if p.unsigned == 0 && leaves > 0 {
+		p.since = time.Now()
+	}
+	p.unsigned += leaves
+	due := p.cfg.AuditKey != nil && p.unsigned > 0 &&
+		(p.unsigned >= int64(p.cfg.CheckpointEvery) || time.Since(p.since) >= p.cfg.CheckpointInterval)
+	var cp *audit.Checkpoint
+	if due {
+		var err error
+		if cp, err = b.Checkpoint(p.cfg.AuditKey); err != nil {
+			b.Abort()
+			return fmt.Errorf("projector: %w", err)
+		}
+	}
+	failpoint.Hit(failpoint.AuditBeforeCommit, "")
+	// A batch with a checkpoint is synced: the checkpoint goes to
+	// JetStream next, and must not outlive the leaves it signs.
+	if err := b.Commit(p.cfg.Sync || cp != nil); err != nil {
+		return fmt.Errorf("projector: commit: %w", err)
+	}
+	p.committed(b)
+	if cp == nil {
+		failpoint.Hit(failpoint.AuditAfterCommit, "")
+		return nil
+	}
+	p.unsigned = 0
+	p.latest.Store(cp)
+	failpoint.Hit(failpoint.AuditAfterCheckpoint, "")
+	if err := p.publishLatest(ctx); err != nil {
+		return err
+	}
+	failpoint.Hit(failpoint.AuditAfterPublish, "")
+	return nil
+}
+
+// idleCheckpoint signs the leaves that wait when no message came to carry
+// a checkpoint within the interval.
+func (p *Projector) idleCheckpoint(ctx context.Context) error {
+	if p.cfg.AuditKey == nil || p.unsigned == 0 || time.Since(p.since) < p.cfg.CheckpointInterval {
+		return nil
+	}
+	return p.commit(ctx, p.cfg.Store.NewBatch(), 0)
+}
+
+// finalCheckpoint signs the leaves still unsigned when the projector
+// stops cleanly, so that a stopped log is fully signed.
+func (p *Projector) finalCheckpoint(ctx context.Context) error {
+	if p.cfg.AuditKey == nil || p.unsigned == 0 {
+		return nil
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := p.commit(fctx, p.cfg.Store.NewBatch(), 0); err != nil {
+		if p.unsigned != 0 {
+			return err // not even stored
+		}
+		// Stored, not in JetStream: the next start publishes it.
+		p.cfg.Logger.Warn("final checkpoint not published", "err", err)
+	}
+	return nil
+}
+
+// publishLatest puts the newest checkpoint into JetStream.
+func (p *Projector) publishLatest(ctx context.Context) error {
+	cp := p.latest.Load()
+	if cp == nil || p.cfg.Checkpoints == nil || p.cfg.Checkpoints.Has(cp) {
+		return nil
+	}
+	if err := p.cfg.Checkpoints.Publish(ctx, cp, p.cfg.AuditKey, p.cfg.Store); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("projector: %w", err)
+	}
+	return nil
 }
 
 func (p *Projector) committed(b *store.Batch) {
@@ -203,10 +352,23 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 		return nil // already applied
 	}
 	b.SetApplied(seq)
-	if events.Type(m.Headers().Get(events.HeaderPrefix+"type")) == events.TypeRejected {
+	typ, _, data, err := events.DecodeStored(m.Headers(), m.Data())
+	// Every message becomes a leaf, one that breaks the rules too: the
+	// log records what the stream holds.
+	hdr := m.Headers()
+	if err != nil {
+		typ = events.Type(hdr.Get(events.HeaderPrefix + "type"))
+	}
+	if !p.cfg.NoAuditLog {
+		leaf := audit.NewLeaf(md.Stream, m.Subject(), seq, md.Timestamp, typ,
+			hdr.Get(events.HeaderPrefix+"id"), hdr.Get(events.HeaderPrefix+"source"), hdr.Get(events.HeaderPrefix+"time"), m.Data(), data)
+		if err := b.AppendLeaf(leaf.Encode(), leaf.Op); err != nil {
+			return fmt.Errorf("projector: seq %d: %w", seq, err)
+		}
+	}
+	if typ == events.TypeRejected {
 		return nil // recorded in the stream; no op to fold
 	}
-	typ, _, data, err := events.DecodeStored(m.Headers(), m.Data())
 	if err != nil {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event does not decode; skipped", "subject", m.Subject(), "seq", seq, "err", err)

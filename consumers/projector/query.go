@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -17,8 +18,9 @@ const (
 )
 
 // Serve registers the query service on nc. Stop the returned service to
-// remove it. Answers reflect what the projector has applied so far.
-func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
+// remove it. Answers reflect what the projector has applied so far. key
+// verifies the checkpoints proofs are built on; nil serves no proofs.
+func Serve(nc *nats.Conn, st *store.Store, key *audit.Key) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
@@ -27,7 +29,7 @@ func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &query{st: st}
+	q := &query{st: st, key: key}
 	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(events.QueryOpSubject)); err != nil {
 		svc.Stop()
 		return nil, err
@@ -36,10 +38,17 @@ func Serve(nc *nats.Conn, st *store.Store) (micro.Service, error) {
 		svc.Stop()
 		return nil, err
 	}
+	if err := q.addAudit(svc); err != nil {
+		svc.Stop()
+		return nil, err
+	}
 	return svc, nil
 }
 
-type query struct{ st *store.Store }
+type query struct {
+	st  *store.Store
+	key *audit.Key
+}
 
 func (q *query) op(req micro.Request) {
 	var in events.OpQuery

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -80,6 +81,24 @@ type Config struct {
 	ClaimTimeout time.Duration
 	// ProjectorSync fsyncs every projector batch.
 	ProjectorSync bool
+	// ScrubInterval is how often the scrubber looks for terminal ops
+	// whose request is still stored; zero for the default (250ms).
+	ScrubInterval time.Duration
+	// ScrubSecureBacklog: a scrubber sweep with more requests to erase
+	// than this deletes them instead of erasing each with a secure delete
+	// (ADR 0010); zero for the default (16), -1 to always erase securely.
+	ScrubSecureBacklog int
+	// CheckpointEvery and CheckpointInterval tune the audit log's
+	// checkpoints; zero keeps the projector's defaults.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
+	// AuditOverride starts even when the audit log fails verification at
+	// start (logged as an error, and kept in AuditReport). Without it such
+	// a start fails with an *AuditError.
+	AuditOverride bool
+	// NoAuditLog keeps no audit log: only for benchmarks that measure
+	// what the log costs.
+	NoAuditLog bool
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -110,6 +129,10 @@ type App struct {
 
 	// Authority is the principals of DataDir when Auth is on.
 	Authority *authority.Set
+	// AuditKey signs the audit log's checkpoints.
+	AuditKey *audit.Key
+	// AuditReport is what verifying the audit log at start found.
+	AuditReport *audit.Report
 
 	cfg    Config
 	gate   *gate.Gate
@@ -185,7 +208,11 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err := streams.Provision(ctx, a.JetStream, cfg.Streams); err != nil {
 		return err
 	}
-	a.Store, err = store.Open(filepath.Join(cfg.DataDir, "projection"))
+	a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir))
+	if err != nil {
+		return err
+	}
+	checkpoints, err := a.checkAuditLog(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -231,11 +258,23 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	a.Projector, err = projector.New(projector.Config{JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger})
+	scrubber, err := projector.NewScrubber(projector.ScrubberConfig{
+		JetStream: a.JetStream, Store: a.Store, Interval: cfg.ScrubInterval, Logger: cfg.Logger,
+		SecureBacklog: cfg.ScrubSecureBacklog,
+	})
 	if err != nil {
 		return err
 	}
-	a.svc, err = projector.Serve(a.Conn, a.Store)
+	a.Projector, err = projector.New(projector.Config{
+		JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
+		AuditKey: a.AuditKey, Checkpoints: checkpoints,
+		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
+		NoAuditLog: cfg.NoAuditLog,
+	})
+	if err != nil {
+		return err
+	}
+	a.svc, err = projector.Serve(a.Conn, a.Store, a.AuditKey)
 	if err != nil {
 		return err
 	}
@@ -246,6 +285,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("projector", a.Projector.Run(gctx)) })
 	grp.Go(func() error { return named("gate", a.gate.Run(gctx)) })
 	grp.Go(func() error { return named("expirer", expirer.Run(gctx)) })
+	grp.Go(func() error { return named("scrubber", scrubber.Run(gctx)) })
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	go func() {
 		a.err = grp.Wait()

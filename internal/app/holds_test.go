@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -132,7 +133,7 @@ func TestConfirmHoldThenGrantRunsOnce(t *testing.T) {
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
 	assert.Equal(t, "approver", got.Approver)
 	assert.Equal(t, "grant", got.Resolution)
-	assert.JSONEq(t, `{"file":"a.txt"}`, string(got.Result))
+	assert.Equal(t, events.Digest([]byte(`{"file":"a.txt"}`)), got.ResultDigest)
 	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeCompleted},
 		testenv.OpEvents(t, a.JetStream, "review", held.OpID))
 
@@ -174,11 +175,21 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	time.Sleep(400 * time.Millisecond) // the dedupe window passes: the point of the test
 	reqs, err := a.JetStream.Stream(ctxT(t), streams.Requests)
 	require.NoError(t, err)
-	stored := reqs.CachedInfo().State.Msgs
+	stored := reqs.CachedInfo().State.LastSeq
 	again := submitHeld(t, c, counter, req)
 	reqs, err = a.JetStream.Stream(ctxT(t), streams.Requests)
 	require.NoError(t, err)
-	assert.Equal(t, stored+1, reqs.CachedInfo().State.Msgs, "the retry was stored, not deduplicated, and still found the hold")
+	assert.Equal(t, stored+1, reqs.CachedInfo().State.LastSeq, "the retry was stored, not deduplicated, and still found the hold")
+	// The retry's copy of the args is erased once answered; the hold's own
+	// request stays for the approver and the run.
+	require.Eventually(t, func() bool {
+		_, err := reqs.GetMsg(ctxT(t), stored+1)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 5*time.Second, 10*time.Millisecond)
+	held, err := a.Store.Op(opID)
+	require.NoError(t, err)
+	_, err = reqs.GetMsg(ctxT(t), held.RequestSeq)
+	require.NoError(t, err, "the held op's request is kept")
 	assert.Equal(t, first.HoldID, again.HoldID)
 	assert.Equal(t, first.HoldExpiresAt, again.HoldExpiresAt, "the same hold, not a new one")
 

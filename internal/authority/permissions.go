@@ -94,7 +94,10 @@ func readStream(stream string) []string {
 	return []string{streamInfo(stream), directGetBody(stream), directGetLast(stream)}
 }
 
-// readStreams reads both of Airlock's streams.
+// readStreams reads both of Airlock's streams and the audit checkpoints.
 func readStreams() []string {
-	return join(readStream(streams.Requests), readStream(streams.Ops))
+	return join(readStream(streams.Requests), readStream(streams.Ops), readStream(auditStream))
 }
+
+// auditStream backs the audit checkpoint bucket.
+const auditStream = "KV_" + streams.AuditBucket

@@ -139,6 +139,7 @@ func TestAgentSubmitsAndReadsButWritesNothingElse(t *testing.T) {
 		"$JS.API.STREAM.UPDATE." + streams.Requests,
 		"$JS.API.STREAM.CREATE.EVIL",
 		"$JS.API.STREAM.MSG.DELETE." + streams.Ops,
+		"$JS.API.STREAM.MSG.DELETE." + streams.Requests, // only Airlock erases requests
 		"$JS.API.STREAM.MSG.GET." + streams.Ops,
 		"$JS.API.CONSUMER.CREATE." + streams.Ops + ".x",
 		"$JS.API.CONSUMER.DELETE." + streams.Requests + "." + streams.GateConsumer,
@@ -310,6 +311,7 @@ func TestApproverResolvesOnlyAsItself(t *testing.T) {
 		events.ControlSubject("ws", "approver"),
 		events.ReplyPrefix("agent") + "x",
 		"$JS.API.STREAM.PURGE." + streams.Requests,
+		"$JS.API.STREAM.MSG.DELETE." + streams.Requests,
 		"$JS.API.CONSUMER.CREATE." + streams.Ops + ".x",
 	} {
 		ap.refused(t, subject)
@@ -391,6 +393,7 @@ func TestAuditorReadsWritesNothing(t *testing.T) {
 		"$JS.API.STREAM.NAMES",
 		"$JS.API.STREAM.MSG.GET." + streams.Ops,
 		"$JS.API.STREAM.PURGE." + streams.Ops,
+		"$JS.API.STREAM.MSG.DELETE." + streams.Requests,
 		"$JS.API.CONSUMER.CREATE." + streams.Ops,
 		"$JS.API.CONSUMER.MSG.NEXT." + streams.Requests + "." + streams.GateConsumer,
 		"$JS.ACK." + streams.Requests + "." + streams.GateConsumer + ".1.1.1.1.1",

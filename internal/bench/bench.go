@@ -40,8 +40,14 @@ type Config struct {
 	// Execs is the number of exec ops of /bin/true in the exec phase,
 	// measured against as many bare fork/execs; default 500, -1 for none.
 	Execs int
+	// AuditLeaves is the number of leaves the audit phase appends to a
+	// bare log and then verifies; default 1,000,000, -1 for none. The
+	// phase also runs the pipeline again without the log.
+	AuditLeaves int
 	// Progress, when set, is called after each completed op.
 	Progress func(done int)
+
+	noLog bool // the pipeline keeps no audit log
 }
 
 // Result is what a run measured. JSON keys are API.
@@ -73,6 +79,16 @@ type Result struct {
 	ExecOpsPerS     float64 `json:"exec_ops_per_s"`
 	ForkExecPerS    float64 `json:"fork_exec_per_s"`
 	ExecOverhead    float64 `json:"exec_overhead"`
+	// OpsPerSNoLog is the pipeline's ops/s run again, the same way,
+	// without the audit log; LogCost is 1 - OpsPerS/OpsPerSNoLog.
+	OpsPerSNoLog float64 `json:"ops_per_s_no_log"`
+	LogCost      float64 `json:"log_cost"`
+	// AuditLeaves leaves were appended to a bare log at AuditAppendNS
+	// each (leaf encoding, hashes, Pebble batch, a checkpoint per 1024),
+	// then verified at AuditVerifyPerS leaves/s.
+	AuditLeaves     int     `json:"audit_leaves"`
+	AuditAppendNS   float64 `json:"audit_append_ns"`
+	AuditVerifyPerS float64 `json:"audit_verify_per_s"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -90,6 +106,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.Execs == 0 {
 		cfg.Execs = 500
+	}
+	if cfg.AuditLeaves == 0 {
+		cfg.AuditLeaves = 1_000_000
 	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
@@ -111,6 +130,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("raw: %w", err)
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
+	if cfg.AuditLeaves > 0 {
+		var nolog Result
+		nocfg := cfg
+		nocfg.Holds, nocfg.Execs, nocfg.noLog, nocfg.Progress = -1, -1, true, nil
+		nocfg.Dir = filepath.Join(cfg.Dir, "nolog")
+		if _, _, err := pipeline(ctx, nocfg, &nolog); err != nil {
+			return res, fmt.Errorf("pipeline without the log: %w", err)
+		}
+		res.OpsPerSNoLog = nolog.OpsPerS
+		res.LogCost = 1 - res.OpsPerS/res.OpsPerSNoLog
+		if err := auditLog(cfg, &res); err != nil {
+			return res, fmt.Errorf("audit: %w", err)
+		}
+	}
 	return res, nil
 }
 
@@ -122,7 +155,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		return 0, 0, err
 	}
 	a, err := app.Start(ctx, app.Config{
-		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(),
+		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -137,7 +170,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		return 0, 0, err
 	}
 	defer a.Shutdown(context.WithoutCancel(ctx))
-	baseMsgs, baseBytes, err := stored(ctx, a.JetStream)
+	baseMsgs, baseKept, baseBytes, err := stored(ctx, a.JetStream)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -197,7 +230,8 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	slices.Sort(lat)
 	res.P50MS = ms(lat[len(lat)/2])
 	res.P99MS = ms(lat[len(lat)*99/100])
-	if msgs, bytes, err = stored(ctx, a.JetStream); err != nil {
+	var kept uint64
+	if msgs, kept, bytes, err = stored(ctx, a.JetStream); err != nil {
 		return 0, 0, err
 	}
 	if cfg.Holds > 0 {
@@ -210,20 +244,28 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 			return 0, 0, fmt.Errorf("execs: %w", err)
 		}
 	}
-	return msgs - baseMsgs, bytes - baseBytes, nil
+	// Requests are erased once their ops end: their bytes are counted at
+	// the mean size of the messages kept.
+	msgs -= baseMsgs
+	bytes = (bytes - baseBytes) * msgs / max(kept-baseKept, 1)
+	return msgs, bytes, nil
 }
 
-// stored counts the messages and bytes both streams hold.
-func stored(ctx context.Context, js jetstream.JetStream) (msgs, bytes uint64, err error) {
+// stored counts the messages both streams took (erased requests
+// included: their sequences stay taken), the messages they still hold and
+// the bytes of those.
+func stored(ctx context.Context, js jetstream.JetStream) (msgs, kept, bytes uint64, err error) {
 	for _, name := range []string{streams.Requests, streams.Ops} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
-		msgs += st.CachedInfo().State.Msgs
-		bytes += st.CachedInfo().State.Bytes
+		state := st.CachedInfo().State
+		msgs += state.LastSeq
+		kept += state.Msgs
+		bytes += state.Bytes
 	}
-	return msgs, bytes, nil
+	return msgs, kept, bytes, nil
 }
 
 // raw publishes n messages of size bytes asynchronously to a stream with

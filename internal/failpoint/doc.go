@@ -6,8 +6,8 @@
 //
 // Failpoints exist only in binaries built with the airlocktest tag. There,
 // AIRLOCK_FAILPOINT arms them: a comma-separated list of NAME or
-// NAME:TOOL (armed for that tool only), and NAME=error for the error
-// points. An armed kill point sends the process SIGKILL, so no deferred
+// NAME:TOOL (armed for that tool only), NAME@N (kill at the Nth hit, not
+// the first) and NAME=error for the error points. An armed kill point sends the process SIGKILL, so no deferred
 // code, flush or shutdown runs: what the crash leaves is what a real crash
 // would. In every other build Hit and Err do nothing and cost nothing.
 package failpoint
@@ -27,6 +27,19 @@ const (
 	// RecordError (an error point): storing the terminal event fails
 	// after the side effect, as a NATS write error would.
 	RecordError = "record-error"
+
+	// The audit log's write path, in the projector:
+	// AuditBeforeCommit: leaves and hashes are in a batch, not committed.
+	AuditBeforeCommit = "audit-before-commit"
+	// AuditAfterCommit: a batch of leaves and state is committed, no
+	// checkpoint is due or signed.
+	AuditAfterCommit = "audit-after-commit"
+	// AuditAfterCheckpoint: a checkpoint is committed with its batch,
+	// not yet in JetStream.
+	AuditAfterCheckpoint = "audit-after-checkpoint"
+	// AuditAfterPublish: the checkpoint is in JetStream too; the
+	// projector has not moved on.
+	AuditAfterPublish = "audit-after-publish"
 )
 
 // Kills lists the kill points, for harnesses that try each.

@@ -6,18 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
 // Enabled reports whether this build has failpoints.
 const Enabled = true
 
-// armed maps NAME or NAME:TOOL to its action ("kill" or "error").
-var armed = parse(os.Getenv(EnvVar))
+// armed maps NAME or NAME:TOOL to its action ("kill" or "error"); after
+// maps a kill point armed as NAME@N to the hit that kills (the Nth).
+var armed, after = parse(os.Getenv(EnvVar))
 
-func parse(s string) map[string]string {
-	m := map[string]string{}
+var (
+	mu   sync.Mutex
+	hits = map[string]int{}
+)
+
+func parse(s string) (map[string]string, map[string]int) {
+	m, n := map[string]string{}, map[string]int{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
@@ -27,9 +35,14 @@ func parse(s string) map[string]string {
 		if name, ok := strings.CutSuffix(f, "=error"); ok {
 			f, action = name, "error"
 		}
+		if name, count, ok := strings.Cut(f, "@"); ok {
+			if c, err := strconv.Atoi(count); err == nil && c > 0 {
+				f, n[name] = name, c
+			}
+		}
 		m[f] = action
 	}
-	return m
+	return m, n
 }
 
 func lookup(name, tool string) string {
@@ -44,6 +57,15 @@ func lookup(name, tool string) string {
 func Hit(name, tool string) {
 	if lookup(name, tool) != "kill" {
 		return
+	}
+	if n, ok := after[name]; ok {
+		mu.Lock()
+		hits[name]++
+		h := hits[name]
+		mu.Unlock()
+		if h < n {
+			return
+		}
 	}
 	fmt.Fprintf(os.Stderr, "failpoint %s (%s): SIGKILL\n", name, tool)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -193,6 +193,20 @@ func Last(ctx context.Context, stream jetstream.Stream, ws, op string) (*Event, 
 	return lastMatching(ctx, stream, events.OpFilter(ws, op))
 }
 
+// First returns the first event of an op, the one that carries its
+// request summary, or ErrEmpty.
+func First(ctx context.Context, stream jetstream.Stream, ws, op string) (*Event, error) {
+	filter := events.OpFilter(ws, op)
+	raw, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrEmpty
+	}
+	if err != nil {
+		return nil, fmt.Errorf("first event on %s: %w", filter, err)
+	}
+	return Decode(raw)
+}
+
 // LastOf returns the op's newest event of type t, or an error wrapping
 // ErrEmpty when it has none.
 func LastOf(ctx context.Context, stream jetstream.Stream, op Op, t events.Type) (*Event, error) {

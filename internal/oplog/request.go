@@ -49,3 +49,39 @@ func ParseRequest(h nats.Header, body []byte, seq uint64, opID string) (*events.
 	}
 	return req, nil
 }
+
+// EraseRequest erases the request message at seq from the requests
+// stream with JetStream's secure delete, which overwrites the stored
+// record. A message that is already gone counts as erased, so erasing is
+// idempotent.
+func EraseRequest(ctx context.Context, requests jetstream.Stream, seq uint64) error {
+	return eraseRequest(ctx, requests, seq, true)
+}
+
+// DeleteRequest deletes the request message at seq without overwriting
+// it: no NATS API returns it again at once, and its bytes leave the
+// stream's files when JetStream removes the block that holds them (once
+// every message in the block is deleted). It costs a small tombstone
+// where a secure delete writes the whole block again. Idempotent too.
+func DeleteRequest(ctx context.Context, requests jetstream.Stream, seq uint64) error {
+	return eraseRequest(ctx, requests, seq, false)
+}
+
+func eraseRequest(ctx context.Context, requests jetstream.Stream, seq uint64, secure bool) error {
+	var err error
+	if secure {
+		err = requests.SecureDeleteMsg(ctx, seq)
+	} else {
+		err = requests.DeleteMsg(ctx, seq)
+	}
+	if err == nil || !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return err
+	}
+	// The server refused: because the message is not there (deleted
+	// already, by this process before a crash or by another), or for a
+	// reason that holds (a stream that denies deletes). Only a look tells.
+	if _, gerr := requests.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	return fmt.Errorf("erase request %d: %w", seq, err)
+}

@@ -1,7 +1,12 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"regexp"
+	"sort"
+	"strings"
 
 	"cel.dev/cel-go/common/types"
 
@@ -102,7 +107,7 @@ func (p *Policy) applyRules(d *Decision, r *events.Request) bool {
 		}
 		switch {
 		case err != nil:
-			d.Reason = fmt.Sprintf("rule %q failed to evaluate (%s); failing closed: %s", ru.name, truncate(err.Error(), 200), ru.describe())
+			d.Reason = fmt.Sprintf("rule %q failed to evaluate (%s); failing closed: %s", ru.name, errorText(err, r.Args), ru.describe())
 		case ru.reason != "":
 			d.Reason = ru.reason
 		default:
@@ -112,6 +117,51 @@ func (p *Policy) applyRules(d *Decision, r *events.Request) bool {
 	}
 	return false
 }
+
+// errorText says what went wrong in an evaluation without quoting the
+// args, which its details can (a conversion that failed, a key named by
+// another arg): the reason is stored in the op's denied or held event.
+// Quoted text is blanked out, and so is every string, key and number of
+// the args longer than one byte; at most 200 bytes remain.
+func errorText(err error, args []byte) string {
+	s := quoted.ReplaceAllString(err.Error(), `"…"`)
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	if dec.Decode(&v) == nil {
+		var leaves []string
+		var walk func(any)
+		walk = func(v any) {
+			switch x := v.(type) {
+			case map[string]any:
+				for k, e := range x {
+					leaves = append(leaves, k)
+					walk(e)
+				}
+			case []any:
+				for _, e := range x {
+					walk(e)
+				}
+			case string:
+				leaves = append(leaves, x)
+			case json.Number:
+				leaves = append(leaves, string(x))
+			}
+		}
+		walk(v)
+		// Longest first, so a value is not left half blanked by a shorter
+		// one inside it.
+		sort.Slice(leaves, func(i, j int) bool { return len(leaves[i]) > len(leaves[j]) })
+		for _, l := range leaves {
+			if len(l) > 1 {
+				s = strings.ReplaceAll(s, l, "…")
+			}
+		}
+	}
+	return truncate(s, 200)
+}
+
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?`)
 
 // describe is a rule's reason, or one made from its name and action.
 func (r *rule) describe() string {

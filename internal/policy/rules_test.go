@@ -204,6 +204,21 @@ func TestRuleRuntimeErrorsFailClosed(t *testing.T) {
 	assert.Contains(t, d.Reason, "failed to evaluate")
 	d = q.Decide(req("dev", "bot", "exec", `{"count":2}`), "")
 	assert.Equal(t, policy.Allow, d.Outcome)
+
+	// What failed is named, never the values: the reason is stored in the
+	// op's events.
+	conv := policy.MustNew(rules(
+		policy.RuleSpec{Name: "deny-big", When: `int(args.n) > 3`, Action: "deny"},
+		policy.RuleSpec{Name: "deny-key", When: `args.m[args.k] == 1`, Action: "deny"},
+	))
+	for _, args := range []string{`{"n":"SECRET-1"}`, `{"n":"1","m":{},"k":"SECRET-2"}`} {
+		d = conv.Decide(req("dev", "bot", "exec", args), "")
+		assert.Equal(t, policy.Deny, d.Outcome, args)
+		assert.Contains(t, d.Reason, "failed to evaluate", args)
+		assert.NotContains(t, d.Reason, "SECRET", args)
+	}
+	d = q.Decide(req("dev", "bot", "exec", `{"count":2}`), "")
+	assert.Equal(t, policy.Allow, d.Outcome)
 }
 
 func TestRuleCostLimit(t *testing.T) {

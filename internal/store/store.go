@@ -8,6 +8,8 @@
 //	o/<op id>                       the op, JSON (events.Op)
 //	a/<first seq>/<op id>           every op in creation order
 //	s/<state>/<first seq>/<op id>   ops by state, in creation order
+//	x/<first seq>/<op id>           terminal ops whose request is to be erased (see scrub.go)
+//	t/...                           the audit log (see log.go)
 package store
 
 import (
@@ -20,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 )
@@ -45,14 +48,25 @@ type Store struct {
 	mu        sync.Mutex
 	live      map[string]events.Op
 	liveLimit int
+
+	// app writes the audit tree; only batches use it, one at a time.
+	app            *audit.Appender
+	maxCheckpoints int
 }
 
 // MaxLiveCache bounds the ops the store caches in memory.
 const MaxLiveCache = 100_000
 
 // Open opens or creates the store in dir.
-func Open(dir string) (*Store, error) {
-	opts := &pebble.Options{Logger: quietLogger{}}
+func Open(dir string) (*Store, error) { return open(dir, false) }
+
+// OpenReadOnly opens an existing store for reading only (a verifier's
+// view of a data dir). It still takes the directory's lock: a running
+// server's store is read through its queries instead.
+func OpenReadOnly(dir string) (*Store, error) { return open(dir, true) }
+
+func open(dir string, readOnly bool) (*Store, error) {
+	opts := &pebble.Options{Logger: quietLogger{}, ReadOnly: readOnly, MemTableSize: 64 << 20}
 	// Most lookups in the projector are for ops that do not exist yet:
 	// bloom filters answer those without reading blocks.
 	for i := range opts.Levels {
@@ -62,7 +76,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache}, nil
+	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints}, nil
 }
 
 // Close closes the store. It is not safe to call twice.
@@ -154,6 +168,10 @@ type Batch struct {
 	ops     map[string]*entry
 	order   []string
 	applied uint64
+
+	leaves     []pendingLeaf
+	checkpoint *audit.Checkpoint
+	touched    bool // the audit appender moved on with this batch
 }
 
 type entry struct {
@@ -206,6 +224,15 @@ func (b *Batch) AppliedSeq() uint64 { return b.applied }
 // it returns; without it a process crash still loses nothing already
 // committed.
 func (b *Batch) Commit(sync bool) error {
+	if err := b.commit(sync); err != nil {
+		b.Abort()
+		return err
+	}
+	b.touched = false
+	return nil
+}
+
+func (b *Batch) commit(sync bool) error {
 	pb := b.s.db.NewBatch()
 	defer pb.Close()
 	for _, id := range b.order {
@@ -223,6 +250,9 @@ func (b *Batch) Commit(sync bool) error {
 		if e.from == e.op.State {
 			continue
 		}
+		if err := markScrub(pb, e); err != nil { // see scrub.go
+			return err
+		}
 		if e.from == events.StateNew {
 			if err := pb.Set(orderKey("a/", e.op), nil, nil); err != nil {
 				return err
@@ -233,6 +263,9 @@ func (b *Batch) Commit(sync bool) error {
 		if err := pb.Set(orderKey("s/"+string(e.op.State)+"/", e.op), nil, nil); err != nil {
 			return err
 		}
+	}
+	if err := b.writeLog(pb); err != nil {
+		return err
 	}
 	if b.applied != 0 {
 		var v [8]byte
@@ -264,6 +297,15 @@ func (b *Batch) Commit(sync bool) error {
 		}
 	}
 	return nil
+}
+
+// Abort gives up a batch that will not be committed, so that the next
+// batch's audit leaves follow the last committed one.
+func (b *Batch) Abort() {
+	if b.touched {
+		b.s.app = nil
+		b.touched = false
+	}
 }
 
 func opKey(id string) []byte { return []byte("o/" + id) }

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func TestBatchesSurviveReopen(t *testing.T) {
 	op, err := b.Op(opID(0), false)
 	require.NoError(t, err)
 	require.Equal(t, events.StateExecuting, op.State)
-	require.NoError(t, op.Apply(&events.Completed{OpHeader: events.OpHeader{OpID: opID(0), Workspace: "w"}, Attempt: "a", Result: json.RawMessage(`{}`)}, 14, at))
+	require.NoError(t, op.Apply(&events.Completed{OpHeader: events.OpHeader{OpID: opID(0), Workspace: "w"}, Attempt: "a", ResultDigest: events.Digest([]byte(`{}`)), ResultBytes: 2}, 14, at))
 	b.SetApplied(14)
 	require.NoError(t, b.Commit(false))
 	require.NoError(t, st.Close())
@@ -126,7 +125,7 @@ func TestLiveCacheStaysCurrentWhenFull(t *testing.T) {
 		op, err = b.Op(opID(i), false)
 		require.NoError(t, err)
 		require.Equal(t, events.StateExecuting, op.State, opID(i))
-		require.NoError(t, op.Apply(&events.Completed{OpHeader: hdr(i), Attempt: "a", Result: json.RawMessage(`1`)}, seq, at))
+		require.NoError(t, op.Apply(&events.Completed{OpHeader: hdr(i), Attempt: "a", ResultDigest: events.Digest([]byte(`1`)), ResultBytes: 1}, seq, at))
 		require.NoError(t, b.Commit(false))
 		seq++
 	}

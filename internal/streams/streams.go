@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -26,6 +27,13 @@ const (
 	GateConsumer = "airlock-gate"
 	// ResumeConsumer is the gate's durable consumer of granted events.
 	ResumeConsumer = "airlock-resume"
+	// AuditBucket is the KV bucket that keeps the audit log's newest
+	// checkpoints outside the projection's store (the stream
+	// KV_airlock-audit).
+	AuditBucket = "airlock-audit"
+	// AuditHistory is how many earlier checkpoints the bucket keeps per
+	// key besides the newest.
+	AuditHistory = 64
 	// MaxMsgBytes bounds one message in either stream.
 	MaxMsgBytes = 2 << 20
 )
@@ -114,7 +122,38 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 	}
+	kc := AuditConfig(c)
+	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && st.History() == int64(kc.History) && st.BackingStore() == "JetStream" {
+			return nil
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+		return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+	}
 	return nil
+}
+
+// AuditCheckpointKey is the bucket key of the newest checkpoint of the log
+// with origin: each projection (each data dir) keeps its own log, signed
+// with its own key, so processes sharing a cluster never contend for one
+// key. "checkpoint.<the origin's last element>".
+func AuditCheckpointKey(origin string) string {
+	id := origin[strings.LastIndexByte(origin, '/')+1:]
+	return "checkpoint." + id
+}
+
+// AuditConfig is the configuration of the audit checkpoint bucket.
+func AuditConfig(c Config) jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:       AuditBucket,
+		Description:  "Airlock audit log checkpoints (signed notes)",
+		History:      AuditHistory,
+		MaxValueSize: 4 << 10,
+		Storage:      storage(c),
+		Replicas:     c.Replicas,
+	}
 }
 
 // same reports whether the server's config has every setting Airlock sets.

@@ -27,14 +27,20 @@ type Args struct {
 // NUL byte, argv[0] not empty) and optionally timeout_ms (an integer from
 // 1 to maxTimeout in milliseconds); no other field, no field twice, no
 // null, nothing after the object. Every refusal is an INVALID_ARGS
-// *events.Error.
+// *events.Error whose message names fields and positions, never a value
+// or a field name from the args: the op's events store it.
 func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 	fields, err := objectFields(raw)
 	if err != nil {
 		return Args{}, invalid("args must be a JSON object: %v", err)
 	}
 	var a Args
-	for _, f := range fields {
+	for i, f := range fields {
+		switch f.name {
+		case "argv", "timeout_ms":
+		default:
+			return Args{}, invalid("field %d has an unknown name (want argv, timeout_ms)", i+1)
+		}
 		if string(f.value) == "null" {
 			return Args{}, invalid("%s must not be null", f.name)
 		}
@@ -42,7 +48,7 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 		case "argv":
 			var argv []*string
 			if err := decodeOne(f.value, &argv); err != nil {
-				return Args{}, invalid("argv must be an array of strings: %v", err)
+				return Args{}, invalid("argv must be an array of strings")
 			}
 			a.Argv = make([]string, len(argv))
 			for i, s := range argv {
@@ -53,16 +59,14 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 			}
 		case "timeout_ms":
 			if err := decodeOne(f.value, &a.TimeoutMS); err != nil {
-				return Args{}, invalid("timeout_ms must be an integer: %v", err)
+				return Args{}, invalid("timeout_ms must be an integer")
 			}
 			if a.TimeoutMS <= 0 {
-				return Args{}, invalid("timeout_ms must be positive, got %d", a.TimeoutMS)
+				return Args{}, invalid("timeout_ms must be positive")
 			}
 			if a.TimeoutMS > maxTimeout.Milliseconds() {
-				return Args{}, invalid("timeout_ms %d above the limit %d", a.TimeoutMS, maxTimeout.Milliseconds())
+				return Args{}, invalid("timeout_ms is above the limit %d", maxTimeout.Milliseconds())
 			}
-		default:
-			return Args{}, invalid("unknown field %q (want argv, timeout_ms)", f.name)
 		}
 	}
 	if len(a.Argv) == 0 {
@@ -101,44 +105,69 @@ type field struct {
 }
 
 // objectFields splits one JSON object into its fields, in order, refusing
-// anything else, a repeated name, or data after the object.
+// anything else, a repeated name, or data after the object. Its errors
+// say what is wrong and where, quoting nothing from b.
 func objectFields(b []byte) ([]field, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, err
+		return nil, syntaxAt(dec, err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, fmt.Errorf("got %v", tok)
+		return nil, fmt.Errorf("got %s", kindOf(tok))
 	}
 	var out []field
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return nil, syntaxAt(dec, err)
 		}
 		name, ok := tok.(string)
 		if !ok {
-			return nil, fmt.Errorf("key %v is not a string", tok)
+			return nil, fmt.Errorf("field %d has a key that is not a string", len(out)+1)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("field %q repeated", name)
+			return nil, fmt.Errorf("field %d repeats a name", len(out)+1)
 		}
 		seen[name] = true
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, err
+			return nil, syntaxAt(dec, err)
 		}
 		out = append(out, field{name, v})
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, err
+		return nil, syntaxAt(dec, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("data after the object")
 	}
 	return out, nil
+}
+
+// syntaxAt describes a decoding error by its position alone: the
+// decoder's own message may quote a piece of the input.
+func syntaxAt(dec *json.Decoder, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("unexpected end of JSON")
+	}
+	return fmt.Errorf("invalid JSON at byte %d", dec.InputOffset())
+}
+
+// kindOf names the kind of a JSON token.
+func kindOf(tok json.Token) string {
+	switch tok.(type) {
+	case json.Delim:
+		return "an array"
+	case string:
+		return "a string"
+	case float64, json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return "null"
 }
 
 // decodeOne decodes exactly one JSON value into v.

@@ -30,14 +30,15 @@ var escalationWords = [...]string{"sudo", "doas", "su", "pkexec", "run0"}
 func CheckEscalation(argv []string) error {
 	for i, arg := range argv {
 		if w, ok := escalationWord(arg); ok {
-			return events.Errorf(events.CodePrivilegeEscalation, "exec: argv[%d] runs %q: privilege escalation is refused", i, w)
+			// w is one of escalationWords, never text from argv.
+			return events.Errorf(events.CodePrivilegeEscalation, "exec: argv[%d] runs %s: privilege escalation is refused", i, w)
 		}
 	}
 	return nil
 }
 
 // escalationWord returns the first escalation word in s read as shell
-// text.
+// text: the word of the list, also when s names it by a path.
 func escalationWord(s string) (string, bool) {
 	for _, piece := range strings.FieldsFunc(s, isShellSeparator) {
 		w := strings.Map(func(r rune) rune {
@@ -51,7 +52,7 @@ func escalationWord(s string) (string, bool) {
 		}
 		if strings.Contains(w, "/") {
 			if base := path.Base(w); isEscalation(base) {
-				return w, true
+				return base, true
 			}
 		}
 	}

@@ -66,7 +66,7 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	defer cleanup()
 	sp, err := e.command(a.Argv, dir)
 	if err != nil {
-		return nil, events.Errorf(events.CodeExecutorFailed, "exec: %v; nothing ran", err)
+		return nil, events.Errorf(events.CodeExecutorFailed, "exec: %s; nothing ran", startError(err))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 			// for a call that never ran: wrong, but never a second run.
 			log.Error("exec: removing the record of an attempt that never started", "err", aerr)
 		}
-		return nil, events.Errorf(events.CodeExecutorFailed, "exec: start %s: %v; nothing ran", a.Argv[0], err)
+		return nil, events.Errorf(events.CodeExecutorFailed, "exec: start: %s; nothing ran", startError(err))
 	}
 	if o.stray {
 		log.Warn("exec: processes outside the process group held the output open; stopped reading")

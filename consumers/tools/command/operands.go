@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +73,13 @@ func (e *Exec) Operands(ctx context.Context, ws string, args json.RawMessage) (m
 		}
 		sum, ok, err := hashRegular(real)
 		if err != nil {
-			return nil, fmt.Errorf("exec: operand %s: %w", key, err)
+			// Neither the path nor the file's name goes into the message:
+			// it ends up in the op's events.
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("exec: hashing an operand: %w", err)
 		}
 		if ok {
 			out[key] = sum

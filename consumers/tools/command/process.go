@@ -85,7 +85,21 @@ func lookPath(name, dir string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%q not found in the child's PATH", name)
+	return "", errors.New("argv[0] is not found in the child's PATH")
+}
+
+// startError describes why argv[0] could not be run without naming it or
+// its path: the message goes into the op's failed event.
+func startError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	return "argv[0]: " + err.Error()
 }
 
 func executable(p string) error {

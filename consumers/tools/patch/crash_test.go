@@ -61,9 +61,9 @@ func TestCrashPatchBetweenFiles(t *testing.T) {
 	rec, err := e.p.Recover(context.Background(), executor.Call{OpID: "op_crash", Workspace: testWS}, "att-1")
 	require.NoError(t, err)
 	assert.Equal(t, executor.Ambiguous, rec.Action)
-	assert.Contains(t, rec.Known, "a.txt holds its post-image")
-	assert.Contains(t, rec.Known, "new.txt holds its pre-image")
-	assert.Contains(t, rec.Known, "old.txt holds its pre-image")
+	assert.Contains(t, rec.Known, "file 1 of 3 holds its post-image")
+	assert.Contains(t, rec.Known, "file 2 of 3 holds its pre-image")
+	assert.Contains(t, rec.Known, "file 3 of 3 holds its pre-image")
 }
 
 func TestCrashPatchAfterEffect(t *testing.T) {

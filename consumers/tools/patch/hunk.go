@@ -48,7 +48,7 @@ func (p *parser) hunks(f *fileDiff) error {
 			return err
 		}
 		if h.pos() < end {
-			return p.errorf(h.line-1, "hunk overlaps or precedes the previous hunk of %s", quote(f.path))
+			return p.errorf(h.line-1, "hunk overlaps or precedes the previous hunk of the file")
 		}
 		if h.newPos() != h.pos()+delta {
 			return p.errorf(h.line-1, "hunk new start %d disagrees with its old start %d", h.newStart, h.oldStart)
@@ -58,7 +58,7 @@ func (p *parser) hunks(f *fileDiff) error {
 	}
 	switch {
 	case len(f.hunks) == 0:
-		return p.errorf(p.i, "no hunk for %s", quote(f.path))
+		return p.errorf(p.i, "no hunk for the file of line %d", f.line)
 	case f.action == ActionAdd && (len(f.hunks) != 1 || f.hunks[0].oldLen != 0 || f.hunks[0].oldStart != 0):
 		return p.errorf(f.hunks[0].line-1, "a new file takes one hunk \"@@ -0,0 +1,N @@\"")
 	case f.action == ActionDelete && (len(f.hunks) != 1 || f.hunks[0].newLen != 0 || f.hunks[0].newStart != 0):
@@ -74,7 +74,7 @@ func (p *parser) hunks(f *fileDiff) error {
 func (p *parser) hunk() (hunk, error) {
 	h, ok := parseHunkHeader(p.lines[p.i])
 	if !ok {
-		return h, p.errorf(p.i, "malformed hunk header %s: want \"@@ -a,b +c,d @@\"", quote(p.lines[p.i]))
+		return h, p.errorf(p.i, "malformed hunk header: want \"@@ -a,b +c,d @@\"")
 	}
 	h.line = p.i + 1
 	if h.oldLen == 0 && h.newLen == 0 {
@@ -118,7 +118,7 @@ func (p *parser) hunk() (hunk, error) {
 			}
 		case '\\':
 			if last == 0 || last == '\\' {
-				return h, p.errorf(p.i, "%s does not follow a hunk line", quote(line))
+				return h, p.errorf(p.i, "a \"\\\" line does not follow a hunk line")
 			}
 			if last != '+' {
 				h.oldNoEOL = true
@@ -129,7 +129,7 @@ func (p *parser) hunk() (hunk, error) {
 				h.new[len(h.new)-1] = strings.TrimSuffix(h.new[len(h.new)-1], "\n")
 			}
 		default:
-			return h, p.errorf(p.i, "hunk at line %d ends early (%d old and %d new lines missing) at %s", h.line, oldLeft, newLeft, quote(line))
+			return h, p.errorf(p.i, "hunk at line %d ends early (%d old and %d new lines missing)", h.line, oldLeft, newLeft)
 		}
 		last = kind
 		p.i++
@@ -205,14 +205,14 @@ func apply(f *fileDiff, pre []byte) ([]byte, error) {
 		pos := h.pos()
 		conflict := func(format string, args ...any) error {
 			return events.Errorf(events.CodePatchConflict, "%s: hunk %d (line %d): "+format,
-				append([]any{quote(f.path), i + 1, h.line}, args...)...)
+				append([]any{f.ref(), i + 1, h.line}, args...)...)
 		}
 		if pos+len(h.old) > len(lines) {
 			return nil, conflict("file has %d lines, the hunk needs lines %d to %d", len(lines), pos+1, pos+len(h.old))
 		}
 		for k, want := range h.old {
 			if have := lines[pos+k]; have != want {
-				return nil, conflict("line %d differs: want %s, have %s", pos+k+1, quote(want), quote(have))
+				return nil, conflict("line %d differs from the hunk's", pos+k+1)
 			}
 		}
 		if len(h.new) > 0 && pos == len(lines) && pos > 0 && !strings.HasSuffix(lines[pos-1], "\n") {
@@ -229,13 +229,13 @@ func apply(f *fileDiff, pre []byte) ([]byte, error) {
 	var b strings.Builder
 	for k, l := range out {
 		if k < len(out)-1 && !strings.HasSuffix(l, "\n") {
-			return nil, events.Errorf(events.CodePatchConflict, "%s: the result would join a line without newline to the next", quote(f.path))
+			return nil, events.Errorf(events.CodePatchConflict, "%s: the result would join a line without newline to the next", f.ref())
 		}
 		b.WriteString(l)
 	}
 	post := []byte(b.String())
 	if f.action == ActionDelete && len(post) != 0 {
-		return nil, events.Errorf(events.CodePatchConflict, "%s: file has content the deletion does not list", quote(f.path))
+		return nil, events.Errorf(events.CodePatchConflict, "%s: file has content the deletion does not list", f.ref())
 	}
 	return post, nil
 }

@@ -1,7 +1,7 @@
 package patch
 
 import (
-	"strconv"
+	"fmt"
 	"strings"
 
 	"github.com/airlock-dev/airlock/events"
@@ -57,7 +57,7 @@ func parse(text string) ([]*fileDiff, error) {
 			// The command line diff -r prints before a plain file diff.
 			p.i++
 			if p.i >= len(p.lines) || !strings.HasPrefix(p.lines[p.i], "--- ") {
-				return nil, p.errorf(p.i-1, "%s is not followed by a \"--- \" line", quote(line))
+				return nil, p.errorf(p.i-1, "a \"diff \" line is not followed by a \"--- \" line")
 			}
 			continue
 		case strings.HasPrefix(line, "--- "):
@@ -65,13 +65,13 @@ func parse(text string) ([]*fileDiff, error) {
 		case strings.HasPrefix(line, "Binary files "), line == "GIT binary patch":
 			return nil, p.errorf(p.i, "binary patches are refused")
 		default:
-			return nil, p.errorf(p.i, "unexpected %s: a file diff starts with \"diff --git \" or \"--- \"", quote(line))
+			return nil, p.errorf(p.i, "unexpected line: a file diff starts with \"diff --git \" or \"--- \"")
 		}
 		if err != nil {
 			return nil, err
 		}
 		if first, dup := seen[f.path]; dup {
-			return nil, events.Errorf(events.CodeInvalidPatch, "line %d: %s is named twice (first at line %d)", f.line, quote(f.path), first)
+			return nil, events.Errorf(events.CodeInvalidPatch, "line %d: the file is named twice (first at line %d)", f.line, first)
 		}
 		seen[f.path] = f.line
 		files = append(files, f)
@@ -85,14 +85,14 @@ func parse(text string) ([]*fileDiff, error) {
 // checkNesting refuses a patch where one target is a directory on the path
 // of another: both cannot be files.
 func checkNesting(files []*fileDiff) error {
-	names := make(map[string]bool, len(files))
+	names := make(map[string]int, len(files))
 	for _, f := range files {
-		names[f.path] = true
+		names[f.path] = f.line
 	}
 	for _, f := range files {
 		for i := range len(f.path) {
-			if f.path[i] == '/' && names[f.path[:i]] {
-				return events.Errorf(events.CodeInvalidPatch, "%s is a file and a directory of %s", quote(f.path[:i]), quote(f.path))
+			if line, ok := names[f.path[:i]]; ok && f.path[i] == '/' {
+				return events.Errorf(events.CodeInvalidPatch, "the file at patch line %d is also a directory of %s", line, f.ref())
 			}
 		}
 	}
@@ -104,7 +104,7 @@ func (p *parser) gitFile() (*fileDiff, error) {
 	start := p.i
 	name, ok := gitName(strings.TrimPrefix(p.lines[p.i], "diff --git "))
 	if !ok {
-		return nil, p.errorf(p.i, "cannot read %s: want \"diff --git a/PATH b/PATH\" with one PATH (renames, copies and quoted names are refused)", quote(p.lines[p.i]))
+		return nil, p.errorf(p.i, "cannot read the line: want \"diff --git a/PATH b/PATH\" with one PATH (renames, copies and quoted names are refused)")
 	}
 	f := &fileDiff{path: name, action: ActionModify, line: start + 1}
 	p.i++
@@ -114,7 +114,7 @@ func (p *parser) gitFile() (*fileDiff, error) {
 	if p.i >= len(p.lines) || !strings.HasPrefix(p.lines[p.i], "--- ") {
 		// No hunks: git writes none for an empty file added or deleted.
 		if f.action == ActionModify {
-			return nil, p.errorf(p.i, "no hunks for %s", quote(f.path))
+			return nil, p.errorf(p.i, "no hunks for the file of line %d", f.line)
 		}
 		return f, nil
 	}
@@ -124,9 +124,9 @@ func (p *parser) gitFile() (*fileDiff, error) {
 	}
 	switch {
 	case (oldName == devNull) != (f.action == ActionAdd):
-		return nil, p.errorf(p.i-2, "\"--- %s\" disagrees with the git header of %s", oldName, quote(f.path))
+		return nil, p.errorf(p.i-2, "the \"--- \" line disagrees with the git header at line %d", start+1)
 	case (newName == devNull) != (f.action == ActionDelete):
-		return nil, p.errorf(p.i-1, "\"+++ %s\" disagrees with the git header of %s", newName, quote(f.path))
+		return nil, p.errorf(p.i-1, "the \"+++ \" line disagrees with the git header at line %d", start+1)
 	case oldName != devNull && oldName != name, newName != devNull && newName != name:
 		return nil, p.errorf(p.i-2, "file names disagree with \"diff --git\" at line %d (renames are refused)", start+1)
 	}
@@ -142,18 +142,18 @@ func (p *parser) gitHeaders(f *fileDiff) error {
 		case strings.HasPrefix(line, "index "):
 		case strings.HasPrefix(line, "new file mode "):
 			if mode := strings.TrimPrefix(line, "new file mode "); mode != "100644" {
-				return p.errorf(p.i, "new file mode %s is refused: only regular 100644 files are created", quote(mode))
+				return p.errorf(p.i, "new file mode other than 100644 is refused: only regular 100644 files are created")
 			}
 			if f.action != ActionModify {
-				return p.errorf(p.i, "%s after another file mode line", quote(line))
+				return p.errorf(p.i, "a file mode line after another")
 			}
 			f.action = ActionAdd
 		case strings.HasPrefix(line, "deleted file mode "):
 			if mode := strings.TrimPrefix(line, "deleted file mode "); mode != "100644" && mode != "100755" {
-				return p.errorf(p.i, "deleted file mode %s is refused: only regular files are deleted", quote(mode))
+				return p.errorf(p.i, "deleted file mode other than 100644 and 100755 is refused: only regular files are deleted")
 			}
 			if f.action != ActionModify {
-				return p.errorf(p.i, "%s after another file mode line", quote(line))
+				return p.errorf(p.i, "a file mode line after another")
 			}
 			f.action = ActionDelete
 		case strings.HasPrefix(line, "old mode "), strings.HasPrefix(line, "new mode "):
@@ -187,7 +187,7 @@ func (p *parser) plainFile() (*fileDiff, error) {
 	case newName == devNull:
 		f.action, f.path = ActionDelete, oldName
 	case oldName != newName:
-		return nil, p.errorf(start, "old name %s and new name %s differ (renames are refused)", quote(oldName), quote(newName))
+		return nil, p.errorf(start, "old name and new name differ (renames are refused)")
 	}
 	return f, p.hunks(f)
 }
@@ -219,7 +219,7 @@ func (p *parser) name(lead, prefix string, git bool) (string, error) {
 	case strings.HasPrefix(s, prefix):
 		s = s[len(prefix):]
 	case git:
-		return "", p.errorf(p.i, "git file name %s lacks the %s prefix", quote(s), prefix)
+		return "", p.errorf(p.i, "git file name lacks the %s prefix", prefix)
 	}
 	p.i++
 	return s, nil
@@ -249,16 +249,13 @@ func (p *parser) blankToEnd() bool {
 	return true
 }
 
-// errorf returns INVALID_PATCH naming the line at index i.
+// errorf returns INVALID_PATCH naming the line at index i. Messages name
+// lines, never quote them: they end up in the op's events, which keep no
+// text of the args, and the patch and its paths are args.
 func (p *parser) errorf(i int, format string, args ...any) error {
 	return events.Errorf(events.CodeInvalidPatch, "line %d: "+format, append([]any{i + 1}, args...)...)
 }
 
-// quote quotes s for a message, cut to a readable length.
-func quote(s string) string {
-	const maxLen = 60
-	if len(s) > maxLen {
-		return strconv.Quote(s[:maxLen]) + "..."
-	}
-	return strconv.Quote(s)
-}
+// ref names f in a message by the patch line of its header, not by its
+// path (see errorf).
+func (f *fileDiff) ref() string { return fmt.Sprintf("the file at patch line %d", f.line) }

@@ -192,7 +192,7 @@ func (p *Patch) Operands(_ context.Context, ws string, args json.RawMessage) (ma
 		}
 		b, _, err := readTarget(root, d.path, p.cfg.MaxFileBytes)
 		if err != nil {
-			return nil, err
+			return nil, fileErr(d.ref(), err)
 		}
 		out[d.path] = events.Digest(b)
 	}
@@ -285,14 +285,14 @@ func (p *Patch) prepare(root *os.Root, diffs []*fileDiff) ([]target, error) {
 		t := target{diff: d, exists: infos[i] != nil, mode: 0o644}
 		switch {
 		case d.action == ActionAdd && t.exists:
-			return nil, events.Errorf(events.CodePatchConflict, "%s: the patch adds it but it exists", quote(d.path))
+			return nil, events.Errorf(events.CodePatchConflict, "%s: the patch adds it but it exists", d.ref())
 		case d.action != ActionAdd && !t.exists:
-			return nil, events.Errorf(events.CodePatchConflict, "%s: the patch changes it but it does not exist", quote(d.path))
+			return nil, events.Errorf(events.CodePatchConflict, "%s: the patch changes it but it does not exist", d.ref())
 		}
 		t.file = File{Path: d.path, Action: d.action, Pre: absent, Post: absent}
 		if t.exists {
 			if t.pre, t.mode, err = readTarget(root, d.path, p.cfg.MaxFileBytes); err != nil {
-				return nil, err
+				return nil, fileErr(d.ref(), err)
 			}
 			t.file.Pre = events.Digest(t.pre)
 		}
@@ -300,7 +300,7 @@ func (p *Patch) prepare(root *os.Root, diffs []*fileDiff) ([]target, error) {
 			return nil, err
 		}
 		if int64(len(t.post)) > p.cfg.MaxFileBytes {
-			return nil, tooLarge(d.path, int64(len(t.post)), p.cfg.MaxFileBytes)
+			return nil, fileErr(d.ref(), tooLarge(int64(len(t.post)), p.cfg.MaxFileBytes))
 		}
 		if d.action != ActionDelete {
 			t.file.Post = events.Digest(t.post)

@@ -17,12 +17,34 @@ import (
 // absent is the hash of a file that does not exist.
 const absent = "absent"
 
+// The messages of this file never name a path: they end up in the op's
+// events, which keep no text of the args. Callers say which file an error
+// is about (fileErr) by its place in the patch or the ledger.
+
+// pathless drops the path an *fs.PathError carries, keeping its cause.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// fileErr says which file err is about, keeping err's code.
+func fileErr(ref string, err error) error {
+	var e *events.Error
+	if errors.As(err, &e) {
+		return &events.Error{Code: e.Code, Message: ref + ": " + e.Message, Retryable: e.Retryable}
+	}
+	return fmt.Errorf("%s: %w", ref, err)
+}
+
 // checkName applies the lexical path rules: a clean relative path of
 // printable characters with no "..", "." or empty component. Breaking them
 // is PATH_ESCAPE.
 func checkName(name string) error {
 	escape := func(why string) error {
-		return events.Errorf(events.CodePathEscape, "%s: %s", quote(name), why)
+		return events.Errorf(events.CodePathEscape, "%s", why)
 	}
 	switch {
 	case name == "":
@@ -60,16 +82,16 @@ func inspect(root *os.Root, name string) (fs.FileInfo, error) {
 			return nil, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("apply_patch: %w", err)
+			return nil, fmt.Errorf("apply_patch: %w", pathless(err))
 		}
 		last := i == len(parts)-1
 		switch {
 		case fi.Mode()&fs.ModeSymlink != 0:
-			return nil, events.Errorf(events.CodePathEscape, "%s: %s is a symlink; patches never go through symlinks", quote(name), quote(prefix))
+			return nil, events.Errorf(events.CodePathEscape, "component %d of %d of its path is a symlink; patches never go through symlinks", i+1, len(parts))
 		case !last && !fi.IsDir():
-			return nil, events.Errorf(events.CodePatchConflict, "%s: %s is not a directory", quote(name), quote(prefix))
+			return nil, events.Errorf(events.CodePatchConflict, "component %d of %d of its path is not a directory", i+1, len(parts))
 		case last && !fi.Mode().IsRegular():
-			return nil, events.Errorf(events.CodePatchConflict, "%s: not a regular file", quote(name))
+			return nil, events.Errorf(events.CodePatchConflict, "not a regular file")
 		case last:
 			return fi, nil
 		}
@@ -84,16 +106,19 @@ func inspect(root *os.Root, name string) (fs.FileInfo, error) {
 func checkAll(root *os.Root, files []*fileDiff, guard func(string) bool) ([]fs.FileInfo, error) {
 	for _, f := range files {
 		if err := checkName(f.path); err != nil {
-			return nil, err
+			return nil, fileErr(f.ref(), err)
 		}
 		if guard != nil && guard(f.path) {
-			return nil, events.Errorf(events.CodePathEscape, "%s: inside the patch ledger directory", quote(f.path))
+			return nil, events.Errorf(events.CodePathEscape, "%s: inside the patch ledger directory", f.ref())
 		}
 	}
 	infos := make([]fs.FileInfo, len(files))
 	var conflict error
 	for i, f := range files {
 		fi, err := inspect(root, f.path)
+		if err != nil {
+			err = fileErr(f.ref(), err)
+		}
 		switch events.CodeOf(err) {
 		case "":
 			infos[i] = fi
@@ -114,31 +139,31 @@ func checkAll(root *os.Root, files []*fileDiff, guard func(string) bool) ([]fs.F
 func readTarget(root *os.Root, name string, limit int64) ([]byte, fs.FileMode, error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, 0, fmt.Errorf("apply_patch: %w", err)
+		return nil, 0, fmt.Errorf("apply_patch: %w", pathless(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, 0, fmt.Errorf("apply_patch: %w", err)
+		return nil, 0, fmt.Errorf("apply_patch: %w", pathless(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, 0, events.Errorf(events.CodePatchConflict, "%s: not a regular file", quote(name))
+		return nil, 0, events.Errorf(events.CodePatchConflict, "not a regular file")
 	}
 	if fi.Size() > limit {
-		return nil, 0, tooLarge(name, fi.Size(), limit)
+		return nil, 0, tooLarge(fi.Size(), limit)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, 0, fmt.Errorf("apply_patch: read %s: %w", name, err)
+		return nil, 0, fmt.Errorf("apply_patch: read: %w", pathless(err))
 	}
 	if int64(len(b)) > limit {
-		return nil, 0, tooLarge(name, int64(len(b)), limit)
+		return nil, 0, tooLarge(int64(len(b)), limit)
 	}
 	return b, fi.Mode().Perm(), nil
 }
 
-func tooLarge(name string, n, limit int64) error {
-	return events.Errorf(events.CodeInvalidPatch, "%s: %d bytes, over the limit of %d per file", quote(name), n, limit)
+func tooLarge(n, limit int64) error {
+	return events.Errorf(events.CodeInvalidPatch, "%d bytes, over the limit of %d per file", n, limit)
 }
 
 // currentHash says what name under root holds now, for recovery: its hash,
@@ -157,12 +182,12 @@ func currentHash(root *os.Root, name string) (string, error) {
 	}
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return "", fmt.Errorf("apply_patch: %w", err)
+		return "", fmt.Errorf("apply_patch: %w", pathless(err))
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("apply_patch: read %s: %w", name, err)
+		return "", fmt.Errorf("apply_patch: read: %w", pathless(err))
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -53,13 +53,16 @@ func (p *Patch) Recover(_ context.Context, c executor.Call, lost string) (execut
 		}
 		isPre, isPost := cur == f.Pre, cur == f.Post
 		allPre, allPost = allPre && isPre, allPost && isPost
+		// Files by their place in the patch: the paths are args, and
+		// Known is stored in the op's ambiguous event.
+		name := fmt.Sprintf("file %d of %d", i+1, len(l.Files))
 		switch {
 		case isPost:
-			states[i] = f.Path + " holds its post-image"
+			states[i] = name + " holds its post-image"
 		case isPre:
-			states[i] = f.Path + " holds its pre-image"
+			states[i] = name + " holds its pre-image"
 		default:
-			states[i] = f.Path + " holds neither: " + cur
+			states[i] = name + " holds neither: " + cur
 		}
 	}
 	log := p.cfg.Logger.With("op", c.OpID, "attempt", lost, "ledger_attempt", l.Attempt)

@@ -101,15 +101,15 @@ func TestRecoverMixedIsAmbiguous(t *testing.T) {
 	e.write(t, "old.txt", "stale\n") // the delete never happened
 	rec := recoverOp(t, e, "op_mixed")
 	assert.Equal(t, executor.Ambiguous, rec.Action)
-	assert.Contains(t, rec.Known, "a.txt holds its post-image")
-	assert.Contains(t, rec.Known, "new.txt holds its post-image")
-	assert.Contains(t, rec.Known, "old.txt holds its pre-image")
+	assert.Contains(t, rec.Known, "file 1 of 3 holds its post-image")
+	assert.Contains(t, rec.Known, "file 2 of 3 holds its post-image")
+	assert.Contains(t, rec.Known, "file 3 of 3 holds its pre-image")
 	assert.Contains(t, rec.Known, "att-1")
 
 	e.write(t, "a.txt", "edited by someone\n")
 	rec = recoverOp(t, e, "op_mixed")
 	assert.Equal(t, executor.Ambiguous, rec.Action)
-	assert.Contains(t, rec.Known, "a.txt holds neither: "+sha("edited by someone\n"))
+	assert.Contains(t, rec.Known, "file 1 of 3 holds neither: "+sha("edited by someone\n"))
 }
 
 // TestRecoverFromWrittenLedger writes a ledger by hand and only some of
@@ -127,9 +127,9 @@ func TestRecoverFromWrittenLedger(t *testing.T) {
 
 	rec := recoverOp(t, e, "op_hand")
 	assert.Equal(t, executor.Ambiguous, rec.Action)
-	assert.Contains(t, rec.Known, "x holds its post-image")
-	assert.Contains(t, rec.Known, "y holds its pre-image")
-	assert.Contains(t, rec.Known, "z holds its pre-image")
+	assert.Contains(t, rec.Known, "file 1 of 3 holds its post-image")
+	assert.Contains(t, rec.Known, "file 2 of 3 holds its pre-image")
+	assert.Contains(t, rec.Known, "file 3 of 3 holds its pre-image")
 
 	e.write(t, "y", "y1\n")
 	e.write(t, "z", "z1\n")
@@ -147,7 +147,7 @@ func TestRecoverFromWrittenLedger(t *testing.T) {
 	require.NoError(t, os.Symlink("x", filepath.Join(e.root, "z")))
 	rec = recoverOp(t, e, "op_hand")
 	assert.Equal(t, executor.Ambiguous, rec.Action)
-	assert.Contains(t, rec.Known, "z holds neither: unreadable")
+	assert.Contains(t, rec.Known, "file 3 of 3 holds neither: unreadable")
 }
 
 func TestRecoverTornLedgerIsAmbiguous(t *testing.T) {

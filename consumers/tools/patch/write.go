@@ -71,7 +71,7 @@ func (p *Patch) write(root *os.Root, ts []target) error {
 			failpoint.Hit(failpoint.PatchBetweenFiles, ToolName)
 		}
 		if err := p.put(root, &ts[i]); err != nil {
-			return p.undo(root, ts[:i+1], fmt.Errorf("apply_patch: write %s: %w", ts[i].file.Path, err))
+			return p.undo(root, ts[:i+1], fmt.Errorf("apply_patch: write %s: %w", ts[i].diff.ref(), pathless(err)))
 		}
 	}
 	failpoint.Hit(failpoint.AfterEffect, ToolName)
@@ -109,8 +109,8 @@ func (p *Patch) undo(root *os.Root, ts []target, cause error) error {
 			err = syncDir(root, path.Dir(t.diff.path))
 		}
 		if err != nil {
-			failed = append(failed, t.file.Path)
-			p.cfg.Logger.Warn("apply_patch: restoring a file failed", "path", t.file.Path, "err", err)
+			failed = append(failed, t.diff.ref())
+			p.cfg.Logger.Warn("apply_patch: restoring a file failed", "file", t.diff.ref(), "err", pathless(err))
 		}
 	}
 	if len(failed) > 0 {

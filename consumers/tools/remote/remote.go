@@ -26,9 +26,6 @@ const (
 	MaxStatusTimeout     = time.Minute
 )
 
-// maxMessageBytes bounds what of a server's error message an op keeps.
-const maxMessageBytes = 1024
-
 // Config configures a Remote.
 type Config struct {
 	// Conn is the connection calls and status queries go over; the Remote
@@ -251,7 +248,7 @@ func (r *Remote) settle(c executor.Call, result json.RawMessage, e *Error) (json
 func (r *Remote) storable(result json.RawMessage) *events.Error {
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, result); err != nil {
-		return events.Errorf(events.CodeAmbiguous, "tool server on %s answered with a result that is not JSON (%v); the call may have taken effect", r.cfg.Subject, err)
+		return events.Errorf(events.CodeAmbiguous, "tool server on %s answered with a result of %d bytes that is not JSON; the call may have taken effect", r.cfg.Subject, len(result))
 	}
 	if buf.Len() > events.MaxResultBytes {
 		return events.Errorf(events.CodeAmbiguous, "tool server on %s ran the call, but its result is %d bytes, over the %d Airlock stores; the effect took place and the result is lost", r.cfg.Subject, buf.Len(), events.MaxResultBytes)
@@ -259,16 +256,37 @@ func (r *Remote) storable(result json.RawMessage) *events.Error {
 	return nil
 }
 
-// failure is the op error for a server's error.
+// failure is the op error for a server's error. The op's events store
+// it, so it keeps the server's code and not its message, which is the
+// tool's output and may quote the args: only the message's size is said.
 func (r *Remote) failure(e *Error) *events.Error {
-	msg := truncate(e.Message, maxMessageBytes)
+	msg := describeMessage(e.Message)
 	switch code := events.Code(e.Code); code {
 	case events.CodeAmbiguous:
 		return events.Errorf(code, "tool server on %s: %s", r.cfg.Subject, msg)
 	case events.CodeInvalidArgs, events.CodeArgsTooLarge:
 		return events.Errorf(code, "tool server on %s: %s", r.cfg.Subject, msg)
 	}
-	return events.Errorf(events.CodeExecutorFailed, "tool server on %s: %s: %s", r.cfg.Subject, e.Code, msg)
+	return events.Errorf(events.CodeExecutorFailed, "tool server on %s: %s: %s", r.cfg.Subject, serverCode(e.Code), msg)
+}
+
+// describeMessage says how long a server's error message was, without it.
+func describeMessage(m string) string {
+	if m == "" {
+		return "no message"
+	}
+	return fmt.Sprintf("a message of %d bytes, not kept", len(m))
+}
+
+// serverCode is a server's error code as a message may show it: an
+// UPPER_SNAKE code as it is, anything else only by its size.
+func serverCode(c string) string {
+	for i := 0; i < len(c); i++ {
+		if b := c[i]; !(b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_') {
+			return fmt.Sprintf("a code of %d bytes that is not UPPER_SNAKE", len(c))
+		}
+	}
+	return c
 }
 
 // stamp formats a send time for a message.

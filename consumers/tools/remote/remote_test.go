@@ -30,11 +30,11 @@ func TestExecute(t *testing.T) {
 		{name: "result", call: answer(`{"v":1,"result":{"ok":true}}`), result: `{"ok":true}`},
 		{name: "null result", call: answer(`{"v":1,"result":null,"extra":"ignored"}`), result: `null`},
 		{name: "server error", call: answer(`{"v":1,"error":{"code":"QUOTA_EXCEEDED","message":"try tomorrow"}}`),
-			code: events.CodeExecutorFailed, msg: []string{"tools.t", "QUOTA_EXCEEDED", "try tomorrow"}},
+			code: events.CodeExecutorFailed, msg: []string{"tools.t", "QUOTA_EXCEEDED", "a message of 12 bytes, not kept"}},
 		{name: "server says bad args", call: answer(`{"v":1,"error":{"code":"INVALID_ARGS","message":"x must be a string"}}`),
-			code: events.CodeInvalidArgs, msg: []string{"x must be a string"}},
+			code: events.CodeInvalidArgs, msg: []string{"a message of 18 bytes"}},
 		{name: "server says ambiguous", call: answer(`{"v":1,"error":{"code":"EXECUTION_AMBIGUOUS","message":"cloud API timed out"}}`),
-			code: events.CodeAmbiguous, msg: []string{"cloud API timed out"}},
+			code: events.CodeAmbiguous, msg: []string{"tools.t", "a message of 19 bytes"}},
 		{name: "no responders", code: events.CodeRemoteUnavailable, msg: []string{"no tool server listens on tools.t", "nothing received"}},
 
 		{name: "timeout, status done", call: silent, status: answer(`{"v":1,"state":"done","result":{"n":7}}`), result: `{"n":7}`},
@@ -51,9 +51,9 @@ func TestExecute(t *testing.T) {
 		{name: "timeout, status silent", call: silent, status: silent,
 			code: events.CodeAmbiguous, msg: []string{"no answer on tools.t.status in 300ms"}},
 		{name: "timeout, status not understood", call: silent, status: answer(`{"v":1,"state":"maybe"}`),
-			code: events.CodeAmbiguous, msg: []string{`unknown state "maybe"`}},
+			code: events.CodeAmbiguous, msg: []string{"unknown state (5 bytes)"}},
 		{name: "timeout, status query refused", call: silent, status: answer(`{"v":1,"error":{"code":"INVALID_REQUEST","message":"no"}}`),
-			code: events.CodeAmbiguous, msg: []string{"refused the query: INVALID_REQUEST: no"}},
+			code: events.CodeAmbiguous, msg: []string{"refused the query: INVALID_REQUEST, a message of 2 bytes"}},
 
 		// A reply proves the server got the call, so one Airlock cannot
 		// read does not prove nothing happened: the status decides.
@@ -93,6 +93,11 @@ func TestExecute(t *testing.T) {
 			assert.Equal(t, tc.code, e.Code, e.Message)
 			for _, s := range tc.msg {
 				assert.Contains(t, e.Message, s)
+			}
+			// The message goes into the op's events: nothing the server
+			// said but its code is kept.
+			for _, said := range []string{"try tomorrow", "x must be a string", "cloud API timed out", "maybe", "OK!"} {
+				assert.NotContains(t, e.Message, said)
 			}
 		})
 	}

@@ -92,7 +92,7 @@ func (r *Remote) query(ctx context.Context, op, attempt string) (*StatusReply, s
 		return nil, "reply on " + subject + " is not protocol v1 (" + err.Error() + ")"
 	}
 	if st.State == "" {
-		return nil, "the tool server refused the query: " + truncate(st.Error.Error(), maxMessageBytes)
+		return nil, "the tool server refused the query: " + serverCode(st.Error.Code) + ", " + describeMessage(st.Error.Message)
 	}
 	r.cfg.Logger.Debug("remote status", "op", op, "subject", subject, "state", st.State)
 	return st, said[st.State]

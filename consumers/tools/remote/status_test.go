@@ -23,7 +23,7 @@ func TestRecover(t *testing.T) {
 		{name: "done", status: answer(`{"v":1,"state":"done","result":{"n":2}}`), action: executor.Done, result: `{"n":2}`},
 		{name: "done, null result", status: answer(`{"v":1,"state":"done","result":null}`), action: executor.Done, result: `null`},
 		{name: "done, ambiguous", status: answer(`{"v":1,"state":"done","error":{"code":"EXECUTION_AMBIGUOUS","message":"cloud API timed out"}}`),
-			action: executor.Ambiguous, known: []string{"tools.t", "cloud API timed out"}},
+			action: executor.Ambiguous, known: []string{"tools.t", "a message of 19 bytes, not kept"}},
 		// The rerun gets the recorded error from the idempotent server.
 		{name: "done, failed", status: answer(`{"v":1,"state":"done","error":{"code":"QUOTA_EXCEEDED"}}`), action: executor.Rerun},
 		{name: "never", status: answer(`{"v":1,"state":"never"}`), action: executor.Rerun},

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 )
 
 // Version is the protocol version this package speaks. Every message
@@ -140,7 +139,7 @@ func DecodeStatusReply(data []byte) (*StatusReply, error) {
 		return st, nil // the server refused the query
 	}
 	if err := json.Unmarshal(raw, &st.State); err != nil {
-		return nil, fmt.Errorf(`"state" is not a string: %w`, err)
+		return nil, errors.New(`"state" is not a string`)
 	}
 	switch st.State {
 	case StateDone:
@@ -150,7 +149,7 @@ func DecodeStatusReply(data []byte) (*StatusReply, error) {
 	case StateRunning, StateNever, StateUnknown:
 		st.Result, st.Error = nil, nil
 	default:
-		return nil, fmt.Errorf("unknown state %q", truncate(string(st.State), 40))
+		return nil, fmt.Errorf("unknown state (%d bytes)", len(st.State))
 	}
 	return st, nil
 }
@@ -159,7 +158,7 @@ func DecodeStatusReply(data []byte) (*StatusReply, error) {
 func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil || m == nil {
-		return nil, fmt.Errorf("not a JSON object: %q", truncate(string(data), 80))
+		return nil, fmt.Errorf("not a JSON object (%d bytes)", len(data))
 	}
 	raw, ok := m["v"]
 	if !ok {
@@ -167,7 +166,7 @@ func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	}
 	var v int
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, fmt.Errorf("protocol version %s is not an integer", truncate(string(raw), 20))
+		return nil, errors.New("protocol version is not an integer")
 	}
 	if v != Version {
 		return nil, fmt.Errorf("protocol version %d, want %d", v, Version)
@@ -194,22 +193,10 @@ func outcome(m map[string]json.RawMessage) (json.RawMessage, *Error, error) {
 	}
 	var e Error
 	if err := json.Unmarshal(rawErr, &e); err != nil {
-		return nil, nil, fmt.Errorf(`"error" is not {"code","message"}: %w`, err)
+		return nil, nil, errors.New(`"error" is not {"code","message"}`)
 	}
 	if e.Code == "" || len(e.Code) > maxCodeBytes {
 		return nil, nil, fmt.Errorf(`"error" needs a "code" of 1 to %d bytes`, maxCodeBytes)
 	}
 	return nil, &e, nil
-}
-
-// truncate cuts s to at most n bytes, at a rune boundary, marking the
-// cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// exitAudit is the exit code of a log that fails verification, a proof
+// that does not check, and a serve refused for its audit log.
+const exitAudit = 5
+
+func newAudit(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "audit", Short: "Verify the tamper-evident audit log and prove what happened to an op"}
+	cmd.AddCommand(newAuditVerify(g), newAuditProve(g), newAuditCheckProof())
+	return cmd
+}
+
+// auditSource opens the log: the data dir's store, or the server's
+// queries when remote is set or a running server holds the store.
+func (g *globals) auditSource(ctx context.Context, remote bool) (src audit.Source, proofs projector.ProofStore, aud *producers.Auditor, done func(), err error) {
+	if !remote {
+		st, err := store.OpenReadOnly(filepath.Join(g.data, app.StoreDir))
+		switch {
+		case err == nil:
+			return st, st, nil, func() { st.Close() }, nil
+		case !locked(err):
+			return nil, nil, nil, nil, fmt.Errorf("audit log in %s: %w (use --remote to ask a server)", g.data, err)
+		}
+		fmt.Fprintf(os.Stderr, "airlock: %s is in use by a running server; asking it at %s\n", g.data, g.server)
+	}
+	nc, err := g.connect(string(authority.RoleAuditor))
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	aud = producers.NewAuditor(nc)
+	return aud.Source(ctx), nil, aud, nc.Close, nil
+}
+
+func locked(err error) bool {
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) ||
+		strings.Contains(err.Error(), "resource temporarily unavailable") || strings.Contains(err.Error(), "lock held")
+}
+
+// verifierKey reads --key, or the data dir's audit.pub.
+func (g *globals) verifierKey(path string) (note.Verifier, error) {
+	if path == "" {
+		path = filepath.Join(g.data, audit.PubFile)
+	}
+	return audit.ReadVerifier(path)
+}
+
+func newAuditVerify(g *globals) *cobra.Command {
+	var (
+		keyPath, trustedPath, savePath string
+		asJSON, remote, fromJetStream  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Recompute the audit log's tree and check every hash and checkpoint",
+		Long: `Verify recomputes the Merkle tree from every leaf (with two independent
+implementations), checks every stored hash, every checkpoint's signature and
+root, and that the log neither rolled back from nor forked off the trusted
+checkpoint. It reads a data dir (a copy is fine) or, with --remote or when a
+running server holds the data dir, the server's leaves.
+
+Exit 0 when sound, 5 with the status (LEAF_MISMATCH, HASH_MISMATCH,
+ROOT_MISMATCH, BAD_SIGNATURE, ROLLBACK, FORK) and its index otherwise.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := g.verifierKey(keyPath)
+			if err != nil {
+				return err
+			}
+			var trusted []audit.Trusted
+			if trustedPath != "" {
+				b, err := readLimited(trustedPath, audit.MaxCheckpointBytes)
+				if err != nil {
+					return err
+				}
+				trusted = append(trusted, audit.Trusted{Name: "trusted", Note: b})
+			}
+			if fromJetStream {
+				b, err := g.jetstreamCheckpoint(cmd.Context(), v.Name())
+				if err != nil {
+					return err
+				}
+				if b != nil {
+					trusted = append(trusted, audit.Trusted{Name: "jetstream", Note: b})
+				}
+			}
+			src, _, _, done, err := g.auditSource(cmd.Context(), remote)
+			if err != nil {
+				return err
+			}
+			defer done()
+			start := time.Now()
+			rep, err := audit.Verify(src, audit.Options{Verifier: v, Trusted: trusted, Progress: progress(cmd, asJSON)})
+			if err != nil {
+				return err
+			}
+			took := time.Since(start)
+			w := cmd.OutOrStdout()
+			if asJSON {
+				printJSON(w, rep)
+			} else {
+				printReport(w, rep, took)
+			}
+			if !rep.OK() {
+				return &exitError{code: exitAudit}
+			}
+			if savePath != "" && rep.Latest != nil {
+				if err := os.WriteFile(savePath, rep.Latest, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&keyPath, "key", "", "verifier key file (default <data>/audit.pub)")
+	f.StringVar(&trustedPath, "trusted-checkpoint", "", "a checkpoint kept elsewhere that the log must contain")
+	f.StringVar(&savePath, "save-checkpoint", "", "when the log is sound, write its newest checkpoint here (the next run's --trusted-checkpoint)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&remote, "remote", false, "read the log from the server at --server instead of the data dir")
+	f.BoolVar(&fromJetStream, "jetstream-checkpoint", false, "also check against the newest checkpoint JetStream keeps for this log (at --server)")
+	return cmd
+}
+
+// jetstreamCheckpoint reads the newest checkpoint JetStream keeps for the
+// log of origin; nil when it keeps none.
+func (g *globals) jetstreamCheckpoint(ctx context.Context, origin string) ([]byte, error) {
+	nc, err := g.connect(string(authority.RoleAuditor))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, streams.AuditBucket)
+	if err != nil {
+		return nil, fmt.Errorf("audit bucket: %w", err)
+	}
+	e, err := kv.Get(ctx, streams.AuditCheckpointKey(origin))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit bucket: %w", err)
+	}
+	return e.Value(), nil
+}
+
+func printReport(w io.Writer, r *audit.Report, took time.Duration) {
+	fmt.Fprintf(w, "status:      %s\n", r.Status)
+	fmt.Fprintf(w, "origin:      %s\n", r.Origin)
+	fmt.Fprintf(w, "size:        %d\n", r.Size)
+	if r.Root != "" {
+		fmt.Fprintf(w, "root:        %s\n", r.Root)
+	}
+	fmt.Fprintf(w, "checked:     %d leaves, %d stored hashes, %d checkpoints (newest at %d)", r.Leaves, r.Hashes, r.Checkpoints, r.CheckpointSize)
+	if len(r.Trusted) > 0 {
+		fmt.Fprintf(w, ", trusted: %s", strings.Join(r.Trusted, ", "))
+	}
+	fmt.Fprintln(w)
+	if secs := took.Seconds(); secs > 0 && r.Leaves > 0 {
+		fmt.Fprintf(w, "rate:        %.0f leaves/s\n", float64(r.Leaves)/secs)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "problem:     %s\n", p)
+	}
+}
+
+// progress reports verification on stderr when it is a terminal.
+func progress(cmd *cobra.Command, quiet bool) func(done, total int64) {
+	fi, err := os.Stderr.Stat()
+	if quiet || err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return nil
+	}
+	start := time.Now()
+	return func(done, total int64) {
+		rate := float64(done) / time.Since(start).Seconds()
+		fmt.Fprintf(cmd.ErrOrStderr(), "\rverifying %d/%d leaves (%.0f/s)", done, total, rate)
+		if done >= total {
+			fmt.Fprintln(cmd.ErrOrStderr())
+		}
+	}
+}
+
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+func newAuditProve(g *globals) *cobra.Command {
+	var (
+		out    string
+		remote bool
+		wait   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "prove OP_ID",
+		Short: "Write a self-contained proof of an op's events (check it with check-proof)",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.ValidOpID(args[0]) {
+				return usageError("%q is not an op id (op_<32 hex>)", args[0])
+			}
+			_, proofs, aud, done, err := g.auditSource(cmd.Context(), remote)
+			if err != nil {
+				return err
+			}
+			defer done()
+			var file []byte
+			if aud != nil {
+				ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+				defer cancel()
+				file, err = aud.Proof(ctx, args[0])
+			} else {
+				var v note.Verifier
+				if v, err = g.verifierKey(""); err == nil {
+					file, err = projector.BuildProof(proofs, v, args[0])
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = cmd.OutOrStdout().Write(file)
+				return err
+			}
+			return os.WriteFile(out, file, 0o644)
+		},
+	}
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the proof to this file (default stdout)")
+	cmd.Flags().BoolVar(&remote, "remote", false, "ask the server at --server instead of reading the data dir")
+	cmd.Flags().DurationVar(&wait, "wait", 10*time.Second, "how long to wait for the op's newest events to be under a checkpoint")
+	return cmd
+}
+
+func newAuditCheckProof() *cobra.Command {
+	var (
+		keyPath string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "check-proof FILE",
+		Short: "Check an op proof with the verifier key and nothing else",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if keyPath == "" {
+				return usageError("--key is required (the log's audit.pub)")
+			}
+			v, err := audit.ReadVerifier(keyPath)
+			if err != nil {
+				return err
+			}
+			file, err := readLimited(args[0], audit.MaxProofBytes)
+			if err != nil {
+				return err
+			}
+			p, err := audit.CheckProof(file, v)
+			if err != nil {
+				return &exitError{code: exitAudit, err: err}
+			}
+			return printProof(cmd.OutOrStdout(), p, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&keyPath, "key", "", "verifier key file (audit.pub of the log)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+type provenJSON struct {
+	Status     string        `json:"status"`
+	Op         string        `json:"op_id"`
+	Origin     string        `json:"origin"`
+	Size       int64         `json:"size"`
+	Root       string        `json:"root"`
+	Leaves     []provenEvent `json:"leaves"`
+	Checkpoint string        `json:"checkpoint"`
+}
+
+type provenEvent struct {
+	Index int64 `json:"index"`
+	*audit.Leaf
+}
+
+func printProof(w io.Writer, p *audit.Proof, asJSON bool) error {
+	c := p.Checkpoint
+	if asJSON {
+		out := provenJSON{Status: "OK", Op: p.Op, Origin: c.Origin, Size: c.Size, Root: c.Root.String(), Checkpoint: string(c.Note)}
+		for _, l := range p.Leaves {
+			out.Leaves = append(out.Leaves, provenEvent{Index: l.Index, Leaf: l.Leaf})
+		}
+		printJSON(w, out)
+		return nil
+	}
+	fmt.Fprintf(w, "OK: %d events of %s are in the log %s of %d leaves (root %s)\n", len(p.Leaves), p.Op, c.Origin, c.Size, c.Root)
+	for _, l := range p.Leaves {
+		e := l.Leaf
+		typ := events.Type(e.Type).Short()
+		fmt.Fprintf(w, "  #%-8d seq %-8d %-10s %s", l.Index, e.Seq, typ, e.Time)
+		for _, kv := range [][2]string{{"hold", e.Hold}, {"actor", e.Actor}, {"key", e.ActorKey}, {"policy", e.Policy},
+			{"args", e.Args}, {"result", e.Result}, {"code", e.Code}} {
+			if kv[1] != "" {
+				fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}

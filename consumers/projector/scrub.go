@@ -1,0 +1,191 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultScrubInterval is how often the scrubber looks for terminal ops
+// whose request is still stored.
+const DefaultScrubInterval = 250 * time.Millisecond
+
+// DefaultScrubWorkers bounds the erasures in flight at once. JetStream
+// erases a message by writing its whole block again (up to 8 MiB) and
+// fsyncing it, holding the stream's lock: erasures in parallel do not go
+// faster, and they keep the gate from storing requests meanwhile. One at a
+// time leaves the stream to the pipeline between two erasures.
+const DefaultScrubWorkers = 1
+
+// DefaultSecureBacklog is the backlog above which a sweep deletes instead
+// of erasing: under load a secure delete per op (a block written again
+// per op) cannot keep up and stalls the requests stream, while blocks
+// fill, and so leave the disk, within seconds. See ADR 0010.
+const DefaultSecureBacklog = 16
+
+// deleteWorkers bounds plain deletes in flight: each is a small tombstone.
+const deleteWorkers = 8
+
+// scrubPage is how many index entries one round of a sweep takes.
+const scrubPage = 256
+
+// ScrubberConfig configures a Scrubber.
+type ScrubberConfig struct {
+	// JetStream erases request messages. Required.
+	JetStream jetstream.JetStream
+	// Store is the projection whose scrub index it works through.
+	// Required.
+	Store *store.Store
+	// Interval between sweeps; default DefaultScrubInterval.
+	Interval time.Duration
+	// Workers bounds the erasures in flight; default DefaultScrubWorkers.
+	Workers int
+	// SecureBacklog: a sweep that finds more requests to erase than this
+	// deletes them (oplog.DeleteRequest) instead of erasing them with a
+	// secure delete each; default DefaultSecureBacklog, -1 to always
+	// erase securely.
+	SecureBacklog int
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Scrubber erases argument plaintext once nothing needs it: for every op
+// the projection has seen reach a terminal state (the store's scrub
+// index, written in the batch that applied the transition), it erases the
+// op's request message from AIRLOCK_REQUESTS with JetStream's secure
+// delete, and only then drops the index entry. A crash in between erases
+// again, which finds the message gone and counts it done. Ops that are not
+// terminal are never indexed: an executor still reads a ready op's args,
+// and an approver a held op's. Several scrubbers (one per process, each
+// with its own projection) are safe together.
+type Scrubber struct {
+	cfg     ScrubberConfig
+	erased  atomic.Uint64
+	deleted atomic.Uint64
+}
+
+// NewScrubber returns a scrubber.
+func NewScrubber(cfg ScrubberConfig) (*Scrubber, error) {
+	if cfg.JetStream == nil || cfg.Store == nil {
+		return nil, errors.New("projector: scrubber: JetStream and Store are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultScrubInterval
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultScrubWorkers
+	}
+	if cfg.SecureBacklog == 0 {
+		cfg.SecureBacklog = DefaultSecureBacklog
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Scrubber{cfg: cfg}, nil
+}
+
+// Erased counts the index entries this scrubber has settled.
+func (s *Scrubber) Erased() uint64 { return s.erased.Load() }
+
+// Deleted counts those of them settled with a plain delete under load
+// rather than a secure delete.
+func (s *Scrubber) Deleted() uint64 { return s.deleted.Load() }
+
+// Run indexes the terminal ops of a store written before the scrub index
+// existed, then sweeps until ctx ends.
+func (s *Scrubber) Run(ctx context.Context) error {
+	st, err := s.cfg.JetStream.Stream(ctx, streams.Requests)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n, err := s.cfg.Store.IndexScrubs(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.cfg.Logger.Info("terminal ops indexed for scrubbing", "ops", n)
+	}
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		if n, err := s.Sweep(ctx, st); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("request scrub", "err", err, "erased", n)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep erases the request of every op in the scrub index and returns how
+// many entries it settled. An entry whose erasure failed stays for the
+// next sweep.
+func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
+	n := 0
+	for {
+		todo, err := s.cfg.Store.PendingScrubs(scrubPage)
+		if err != nil || len(todo) == 0 {
+			return n, err
+		}
+		errs := make([]error, len(todo))
+		erase, workers := oplog.EraseRequest, s.cfg.Workers
+		plain := s.cfg.SecureBacklog >= 0 && len(todo) > s.cfg.SecureBacklog
+		if plain {
+			erase, workers = oplog.DeleteRequest, deleteWorkers
+		}
+		sem := make(chan struct{}, workers)
+		var wg sync.WaitGroup
+		for i, sc := range todo {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				errs[i] = erase(ctx, st, sc.RequestSeq)
+			}()
+		}
+		wg.Wait()
+		done := make([]store.Scrub, 0, len(todo))
+		var failed error
+		for i, sc := range todo {
+			if errs[i] != nil {
+				if failed == nil {
+					failed = fmt.Errorf("op %s: %w", sc.OpID, errs[i])
+				}
+				continue
+			}
+			done = append(done, sc)
+			s.cfg.Logger.Debug("request erased", "op", sc.OpID, "request_seq", sc.RequestSeq)
+		}
+		if err := s.cfg.Store.Scrubbed(done...); err != nil {
+			return n, err
+		}
+		n += len(done)
+		s.erased.Add(uint64(len(done)))
+		if plain {
+			s.deleted.Add(uint64(len(done)))
+		}
+		if failed != nil {
+			return n, fmt.Errorf("%d of %d erasures failed, left for the next sweep; the first: %w", len(todo)-len(done), len(todo), failed)
+		}
+		if len(todo) < scrubPage {
+			return n, nil
+		}
+	}
+}

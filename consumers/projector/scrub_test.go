@@ -1,0 +1,226 @@
+package projector_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scrubFixture publishes one request per op and folds each op into st up
+// to the events given, as the projector would; it returns the request
+// sequences by op id.
+func scrubFixture(t *testing.T, n *testenv.NATS, st *store.Store, ops map[string][]string) map[string]uint64 {
+	t.Helper()
+	ctx := context.Background()
+	seqs := map[string]uint64{}
+	b := st.NewBatch()
+	var evSeq uint64
+	for name, history := range ops {
+		req := events.Request{Workspace: "w", Agent: "a", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"secret":"SECRET-%s"}`, name))}
+		require.NoError(t, req.Validate())
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		ack, err := n.JetStream.PublishMsg(ctx, events.NewMessage(events.RequestSubject("w", "a"), events.TypeRequested, "test", "", req.FingerprintHex(), body))
+		require.NoError(t, err)
+		id := events.OpID(req.Fingerprint())
+		seqs[id] = ack.Sequence
+		hdr := events.OpHeader{OpID: id, Workspace: "w"}
+		sum := &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: "echo", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence}
+		op, err := b.Op(id, true)
+		require.NoError(t, err)
+		for _, ev := range history {
+			var data any
+			switch ev {
+			case "decided":
+				data = &events.Decided{OpHeader: hdr, Request: sum}
+			case "held":
+				data = &events.Held{OpHeader: hdr, Request: sum, HoldID: events.HoldID(id)}
+			case "denied":
+				data = &events.Denied{OpHeader: hdr, Request: sum, Code: events.CodePolicyDenied}
+			case "claimed":
+				data = &events.Claimed{OpHeader: hdr, Attempt: "a1"}
+			case "completed":
+				data = &events.Completed{OpHeader: hdr, Attempt: "a1", ResultDigest: "sha256:r", ResultBytes: 4}
+			}
+			evSeq++
+			require.NoError(t, op.Apply(data, evSeq, time.Now()))
+		}
+	}
+	b.SetApplied(evSeq)
+	require.NoError(t, b.Commit(true))
+	return seqs
+}
+
+func requestsStream(t *testing.T, n *testenv.NATS) jetstream.Stream {
+	t.Helper()
+	st, err := n.JetStream.Stream(context.Background(), streams.Requests)
+	require.NoError(t, err)
+	return st
+}
+
+func gone(t *testing.T, st jetstream.Stream, seq uint64) bool {
+	t.Helper()
+	_, err := st.GetMsg(context.Background(), seq)
+	if err == nil {
+		return false
+	}
+	require.ErrorIs(t, err, jetstream.ErrMsgNotFound)
+	return true
+}
+
+// A terminal op's request is erased and its index entry dropped; the
+// requests of ops that are not terminal stay, whatever their state.
+func TestScrubberErasesTerminalOpsRequestsOnly(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	seqs := scrubFixture(t, n, st, map[string][]string{
+		"completed": {"decided", "claimed", "completed"},
+		"denied":    {"denied"},
+		"ready":     {"decided"},
+		"executing": {"decided", "claimed"},
+		"held":      {"held"},
+	})
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	reqs := requestsStream(t, n)
+	erased, err := s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 2, erased)
+	assert.Equal(t, uint64(2), s.Erased())
+	for id, seq := range seqs {
+		op, err := st.Op(id)
+		require.NoError(t, err)
+		assert.Equal(t, op.State.Terminal(), gone(t, reqs, seq), "op %s", op.State)
+	}
+	pending, err := st.PendingScrubs(10)
+	require.NoError(t, err)
+	assert.Empty(t, pending)
+
+	// A sweep with nothing to do does nothing.
+	erased, err = s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Zero(t, erased)
+}
+
+// A crash after the erasure and before the index entry went leaves the
+// entry: the next scrubber, after a restart, erases again (the message is
+// gone: that counts as done) and drops it. One that crashed before erasing
+// erases then.
+func TestScrubberFinishesAfterRestart(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	require.NoError(t, err)
+	seqs := scrubFixture(t, n, st, map[string][]string{
+		"erased-before-crash": {"denied"},
+		"not-erased-yet":      {"decided", "claimed", "completed"},
+	})
+	reqs := requestsStream(t, n)
+	var first uint64
+	for id, seq := range seqs {
+		if op, _ := st.Op(id); op.State == events.StateDenied {
+			first = seq
+			require.NoError(t, reqs.SecureDeleteMsg(context.Background(), seq)) // and then the crash
+		}
+	}
+	require.NoError(t, st.Close())
+
+	st, err = store.Open(dir)
+	require.NoError(t, err)
+	defer st.Close()
+	pending, err := st.PendingScrubs(10)
+	require.NoError(t, err)
+	require.Len(t, pending, 2, "both entries survived the crash")
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, Interval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.Eventually(t, func() bool {
+		p, err := st.PendingScrubs(10)
+		return err == nil && len(p) == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	for _, seq := range seqs {
+		assert.True(t, gone(t, reqs, seq), "request %d", seq)
+	}
+	assert.True(t, gone(t, reqs, first))
+	assert.Equal(t, uint64(2), s.Erased())
+}
+
+// A stream that refuses deletes keeps the entry, for the next sweep.
+func TestScrubberKeepsWhatItCannotErase(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := context.Background()
+	cfg := streams.RequestsConfig(streams.Config{})
+	cfg.DenyDelete = true
+	_, err := n.JetStream.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	seqs := scrubFixture(t, n, st, map[string][]string{"denied": {"denied"}})
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	reqs := requestsStream(t, n)
+	erased, err := s.Sweep(ctx, reqs)
+	require.Error(t, err)
+	assert.Zero(t, erased)
+	for _, seq := range seqs {
+		assert.False(t, gone(t, reqs, seq))
+	}
+	pending, err := st.PendingScrubs(10)
+	require.NoError(t, err)
+	assert.Len(t, pending, 1, "left for a later sweep")
+}
+
+// Above the secure backlog a sweep deletes rather than erases: the
+// requests are gone from the stream all the same, and only the terminal
+// ops' requests.
+func TestScrubberDeletesUnderLoad(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	ops := map[string][]string{"held": {"held"}}
+	for i := range 5 {
+		ops[fmt.Sprint("done", i)] = []string{"decided", "claimed", "completed"}
+	}
+	seqs := scrubFixture(t, n, st, ops)
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, SecureBacklog: 2})
+	require.NoError(t, err)
+	reqs := requestsStream(t, n)
+	erased, err := s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 5, erased)
+	assert.Equal(t, uint64(5), s.Deleted(), "deleted, not erased one by one")
+	for id, seq := range seqs {
+		op, err := st.Op(id)
+		require.NoError(t, err)
+		assert.Equal(t, op.State.Terminal(), gone(t, reqs, seq), "op %s", op.State)
+	}
+
+	// At or below the backlog, each is erased securely.
+	seqs = scrubFixture(t, n, st, map[string][]string{"late": {"denied"}})
+	erased, err = s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 1, erased)
+	assert.Equal(t, uint64(5), s.Deleted())
+	for _, seq := range seqs {
+		assert.True(t, gone(t, reqs, seq))
+	}
+}

@@ -1,0 +1,69 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/internal/audit"
+)
+
+// StoreDir is the projection's Pebble store (with the audit log) under the
+// data dir.
+const StoreDir = "projection"
+
+// AuditError is a start refused because the audit log failed verification.
+type AuditError struct{ Report *audit.Report }
+
+func (e *AuditError) Error() string {
+	msg := fmt.Sprintf("audit log failed verification: %s", e.Report.Status)
+	if len(e.Report.Problems) > 0 {
+		msg = "audit log failed verification: " + e.Report.Problems[0].String()
+	}
+	return msg + " (run `airlock audit verify` for the whole report; --unsafe-audit-override starts anyway)"
+}
+
+// checkAuditLog loads (or creates) the audit key and verifies the whole log
+// against its own checkpoints and the one kept in JetStream before anything
+// is appended to it.
+func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpoints, error) {
+	key, created, err := audit.LoadOrCreateKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a.AuditKey = key
+	if created {
+		cfg.Logger.Info("audit key created", "origin", key.Origin, "verifier", key.Public)
+	}
+	checkpoints, kvNote, err := projector.OpenCheckpoints(ctx, a.JetStream, key.Origin)
+	if err != nil {
+		return nil, err
+	}
+	var trusted []audit.Trusted
+	if kvNote != nil {
+		trusted = append(trusted, audit.Trusted{Name: "jetstream", Note: kvNote})
+	}
+	start := time.Now()
+	rep, err := audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted})
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	a.AuditReport = rep
+	took := time.Since(start)
+	if rep.OK() {
+		cfg.Logger.Info("audit log verified", "size", rep.Size, "root", rep.Root,
+			"checkpoint", rep.CheckpointSize, "took", took.Round(time.Millisecond))
+		return checkpoints, nil
+	}
+	if !cfg.AuditOverride {
+		return nil, &AuditError{Report: rep}
+	}
+	for _, p := range rep.Problems {
+		cfg.Logger.Error("AUDIT LOG FAILED VERIFICATION; STARTING ANYWAY (--unsafe-audit-override)",
+			"status", p.Status, "index", p.Index, "detail", p.Detail)
+	}
+	// The checkpoint in JetStream is not one this log extends: leave it
+	// for whoever investigates instead of replacing it.
+	return nil, nil
+}

@@ -1,0 +1,174 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+)
+
+// LeafVersion is the version byte every leaf starts with. A new field or a
+// new meaning makes a new version; a verifier reads every version it knows.
+const LeafVersion = 1
+
+// MaxLeafBytes bounds one encoded leaf. Every field is a name, a digest or
+// a short code, so a real leaf is a few hundred bytes.
+const MaxLeafBytes = 16 << 10
+
+// Leaf is the audit record of one event: who did what to which op, under
+// which policy, with the digests of what went in and came out, and where the
+// event is stored. It never holds argument or output plaintext.
+type Leaf struct {
+	Stream   string // the stream that stores the event
+	Subject  string // its subject
+	Seq      uint64 // its stream sequence
+	Stored   time.Time
+	Type     string // the CloudEvents type
+	ID       string // the CloudEvents id
+	Source   string // the CloudEvents source
+	Time     string // the time the event claims (ce-time), as it was written
+	Digest   string // SHA-256 of the event's stored data
+	Space    string // workspace
+	Op       string
+	Hold     string
+	Tool     string
+	Agent    string
+	Actor    string // the approver, operator or runner the event names
+	ActorKey string // the credential the actor's request came from
+	Policy   string // the policy hash of a decision
+	Args     string // the args digest (or, for a rejection, the request's)
+	Result   string // the result digest of a completed op
+	Code     string // the code of a denial, failure, ambiguity or rejection
+	Attempt  string
+}
+
+// fields lists the leaf's fields in their encoded order.
+func (l *Leaf) fields() []*string {
+	return []*string{&l.Stream, &l.Subject, &l.Type, &l.ID, &l.Source, &l.Time, &l.Digest,
+		&l.Space, &l.Op, &l.Hold, &l.Tool, &l.Agent, &l.Actor, &l.ActorKey, &l.Policy,
+		&l.Args, &l.Result, &l.Code, &l.Attempt}
+}
+
+// Encode returns the leaf's canonical bytes: the version byte, the stream
+// sequence and the stored time (uvarints, nanoseconds since the epoch), then
+// each field as a uvarint length and its bytes, in a fixed order. Every leaf
+// has exactly one encoding and every encoding exactly one leaf.
+func (l *Leaf) Encode() []byte {
+	b := make([]byte, 0, 256)
+	b = append(b, LeafVersion)
+	b = binary.AppendUvarint(b, l.Seq)
+	b = binary.AppendUvarint(b, uint64(l.Stored.UnixNano()))
+	for _, f := range l.fields() {
+		b = binary.AppendUvarint(b, uint64(len(*f)))
+		b = append(b, *f...)
+	}
+	return b
+}
+
+// ErrBadLeaf wraps every reason DecodeLeaf refuses bytes.
+var ErrBadLeaf = errors.New("audit: bad leaf")
+
+// DecodeLeaf parses a leaf. It refuses anything Encode would not have
+// written: another version, a truncated or overlong field, trailing bytes,
+// a non-minimal length.
+func DecodeLeaf(b []byte) (*Leaf, error) {
+	if len(b) > MaxLeafBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
+	}
+	if len(b) == 0 || b[0] != LeafVersion {
+		return nil, fmt.Errorf("%w: unknown version", ErrBadLeaf)
+	}
+	r := b[1:]
+	next := func() (uint64, error) {
+		v, n := binary.Uvarint(r)
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: truncated", ErrBadLeaf)
+		}
+		r = r[n:]
+		return v, nil
+	}
+	l := new(Leaf)
+	var err error
+	if l.Seq, err = next(); err != nil {
+		return nil, err
+	}
+	ns, err := next()
+	if err != nil {
+		return nil, err
+	}
+	l.Stored = time.Unix(0, int64(ns)).UTC()
+	for _, f := range l.fields() {
+		n, err := next()
+		if err != nil {
+			return nil, err
+		}
+		if n > uint64(len(r)) {
+			return nil, fmt.Errorf("%w: field longer than the leaf", ErrBadLeaf)
+		}
+		*f = string(r[:n])
+		r = r[n:]
+	}
+	if len(r) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrBadLeaf, len(r))
+	}
+	// Lengths and numbers written with more bytes than needed decode to
+	// the same leaf; only the canonical bytes are a leaf.
+	if !bytes.Equal(l.Encode(), b) {
+		return nil, fmt.Errorf("%w: not canonical", ErrBadLeaf)
+	}
+	return l, nil
+}
+
+// NewLeaf builds the leaf of one stored event. data is the decoded event
+// (events.DecodeStored), nil when the message did not decode; body is the
+// stored data, of which only the digest is kept.
+func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Type, id, source, ceTime string, body []byte, data any) *Leaf {
+	l := &Leaf{
+		Stream: stream, Subject: subject, Seq: seq, Stored: stored.UTC(),
+		Type: string(typ), ID: id, Source: source, Time: ceTime, Digest: events.Digest(body),
+	}
+	if h, ok := events.IsOpEvent(data); ok {
+		l.Space, l.Op = h.Workspace, h.OpID
+		if _, _, tool, _, ok := events.OpSubjectParts(subject); ok {
+			l.Tool = tool
+		}
+	}
+	summary := func(s *events.Summary) {
+		if s != nil {
+			l.Agent, l.Args = s.Agent, s.ArgsDigest
+		}
+	}
+	switch d := data.(type) {
+	case *events.Decided:
+		summary(d.Request)
+		l.Policy = d.PolicyHash
+	case *events.Held:
+		summary(d.Request)
+		l.Hold, l.Args, l.Policy = d.HoldID, d.ArgsDigest, d.PolicyHash
+	case *events.Granted:
+		l.Hold, l.Args, l.Actor, l.ActorKey = d.HoldID, d.ArgsDigest, d.Approver, d.ApproverKey
+	case *events.Denied:
+		summary(d.Request)
+		l.Hold, l.Policy, l.Code, l.Actor, l.ActorKey = d.HoldID, d.PolicyHash, string(d.Code), d.Actor, d.ActorKey
+	case *events.Expired:
+		l.Hold = d.HoldID
+	case *events.Claimed:
+		l.Attempt, l.Actor = d.Attempt, d.Runner
+	case *events.Completed:
+		l.Attempt, l.Result = d.Attempt, d.ResultDigest
+	case *events.Failed:
+		l.Attempt, l.Code = d.Attempt, string(d.Code)
+	case *events.Ambiguous:
+		l.Attempt, l.Code = d.Attempt, string(d.Code)
+	case *events.Rejected:
+		l.Code, l.Args = string(d.Code), d.Digest
+	case *events.ModeSet:
+		l.Space, l.Actor, l.ActorKey = d.Workspace, d.Actor, d.ActorKey
+	case *events.PolicyLoaded:
+		l.Policy = d.Hash
+	}
+	return l
+}

@@ -1,0 +1,388 @@
+package audit
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+
+	"github.com/transparency-dev/merkle/compact"
+	"github.com/transparency-dev/merkle/rfc6962"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Status is the outcome of a verification: OK or what broke first.
+type Status string
+
+// Statuses. Each problem names one, with the index it concerns.
+const (
+	// StatusOK: every leaf, stored hash and checkpoint checks out.
+	StatusOK Status = "OK"
+	// LeafMismatch: leaf Index is missing, beyond the log's size, does
+	// not decode, is out of order, or does not hash to its stored hash.
+	LeafMismatch Status = "LEAF_MISMATCH"
+	// HashMismatch: stored hash Index (an interior node) is missing or
+	// differs from the hash of the leaves under it.
+	HashMismatch Status = "HASH_MISMATCH"
+	// RootMismatch: the log's own checkpoint of size Index was signed by
+	// the key but its root is not the root of the stored leaves.
+	RootMismatch Status = "ROOT_MISMATCH"
+	// BadSignature: a checkpoint does not verify: a changed byte, a
+	// wrong or unknown key, no signature, another origin, extra lines.
+	BadSignature Status = "BAD_SIGNATURE"
+	// Rollback: a checkpoint (the log's own or a trusted one) covers
+	// more leaves than the log holds: the log was truncated or restored
+	// from an older copy.
+	Rollback Status = "ROLLBACK"
+	// Fork: a trusted checkpoint is validly signed but its root differs
+	// from the log's at its size: history was rewritten.
+	Fork Status = "FORK"
+)
+
+// Problem is one thing verification found wrong.
+type Problem struct {
+	Status Status `json:"status"`
+	// Index is the leaf index (LEAF_MISMATCH), the stored hash index
+	// (HASH_MISMATCH) or the checkpoint size (the others).
+	Index  int64  `json:"index"`
+	Detail string `json:"detail"`
+}
+
+func (p Problem) String() string { return fmt.Sprintf("%s{%d}: %s", p.Status, p.Index, p.Detail) }
+
+// Source is a log to verify: a data dir's store, or a server's answers.
+type Source interface {
+	// LogSize is the size the log records for itself.
+	LogSize() (int64, error)
+	// Leaves calls fn with each stored leaf from index from on, in order.
+	Leaves(from int64, fn func(index int64, leaf []byte) error) error
+	// StoredHashes calls fn with each stored hash in order; it returns
+	// ErrNoStoredHashes when the source has none to offer.
+	StoredHashes(fn func(index int64, hash []byte) error) error
+	// Checkpoints returns the log's stored checkpoints, each with the
+	// size it is stored under.
+	Checkpoints() (sizes []int64, notes [][]byte, err error)
+}
+
+// ErrNoStoredHashes is returned by a Source that serves leaves only.
+var ErrNoStoredHashes = errors.New("audit: source has no stored hashes")
+
+// Trusted is a checkpoint kept outside the log: from a file or from
+// JetStream.
+type Trusted struct {
+	Name string // where it came from, for the report
+	Note []byte
+}
+
+// Options configures Verify.
+type Options struct {
+	// Verifier checks every checkpoint. Required.
+	Verifier note.Verifier
+	// Trusted checkpoints the log must contain (not roll back) and agree
+	// with (not fork from).
+	Trusted []Trusted
+	// Progress, if set, is called now and then with leaves checked.
+	Progress func(done, total int64)
+	// MaxProblems bounds the problems reported; default 100.
+	MaxProblems int
+}
+
+// Report is what Verify found.
+type Report struct {
+	Status Status `json:"status"`
+	// Index is the first problem's index (absent when OK).
+	Index *int64 `json:"index,omitempty"`
+	// Size is the size the log records; Root the root of its leaves at
+	// that size (base64), when they could be hashed.
+	Size   int64  `json:"size"`
+	Root   string `json:"root"`
+	Origin string `json:"origin"`
+	// Leaves and Hashes count what was checked.
+	Leaves int64 `json:"leaves"`
+	Hashes int64 `json:"hashes"`
+	// Checkpoints counts the log's own; CheckpointSize is the newest.
+	Checkpoints    int      `json:"checkpoints"`
+	CheckpointSize int64    `json:"checkpoint_size"`
+	Trusted        []string `json:"trusted,omitempty"`
+	// Latest is the newest checkpoint that verified, for whoever wants
+	// to keep it.
+	Latest   []byte    `json:"-"`
+	Problems []Problem `json:"problems,omitempty"`
+}
+
+// OK reports a sound log.
+func (r *Report) OK() bool { return r.Status == StatusOK }
+
+func (r *Report) add(max int, s Status, index int64, format string, args ...any) {
+	if r.Status == StatusOK {
+		r.Status = s
+		r.Index = &index
+	}
+	if len(r.Problems) < max {
+		r.Problems = append(r.Problems, Problem{Status: s, Index: index, Detail: fmt.Sprintf(format, args...)})
+	}
+}
+
+// Verify recomputes the tree from every leaf, checks every stored hash
+// against it, every checkpoint's signature and root, and every trusted
+// checkpoint for rollback and fork. Roots are computed twice, with tlog and
+// with transparency-dev/merkle's compact ranges, and must agree. The error
+// is for a source that cannot be read; what is wrong with the log is in
+// the report.
+func Verify(src Source, o Options) (*Report, error) {
+	if o.Verifier == nil {
+		return nil, errors.New("audit: verify needs a verifier key")
+	}
+	if o.MaxProblems <= 0 {
+		o.MaxProblems = 100
+	}
+	size, err := src.LogSize()
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Status: StatusOK, Size: size, Origin: o.Verifier.Name()}
+
+	// Checkpoints first: their sizes are where the walk must take roots.
+	type want struct {
+		size    int64
+		root    tlog.Hash
+		trusted string // "" for the log's own
+	}
+	var wants []want
+	sizes, notes, err := src.Checkpoints()
+	if err != nil {
+		return nil, err
+	}
+	r.Checkpoints = len(notes)
+	for i, n := range notes {
+		c, err := OpenCheckpoint(n, o.Verifier)
+		if err != nil {
+			r.add(o.MaxProblems, BadSignature, sizes[i], "checkpoint %d: %v", sizes[i], err)
+			continue
+		}
+		if c.Size != sizes[i] {
+			r.add(o.MaxProblems, BadSignature, sizes[i], "checkpoint stored under size %d says %d", sizes[i], c.Size)
+			continue
+		}
+		wants = append(wants, want{size: c.Size, root: c.Root})
+		if c.Size >= r.CheckpointSize {
+			r.CheckpointSize, r.Latest = c.Size, c.Note
+		}
+	}
+	for _, t := range o.Trusted {
+		r.Trusted = append(r.Trusted, t.Name)
+		c, err := OpenCheckpoint(t.Note, o.Verifier)
+		if err != nil {
+			r.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
+			continue
+		}
+		wants = append(wants, want{size: c.Size, root: c.Root, trusted: t.Name})
+	}
+	slices.SortStableFunc(wants, func(a, b want) int { return cmp.Compare(a.size, b.size) })
+
+	w := &walker{size: size, report: r, max: o.MaxProblems, app: NewAppender(0, nil)}
+	w.rng = (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
+	roots := map[int64]tlog.Hash{0: EmptyRoot}
+	pending := wants
+	takeRoots := func(n int64) {
+		for len(pending) > 0 && pending[0].size == n {
+			if _, ok := roots[n]; !ok {
+				if root, ok := w.root(); ok {
+					roots[n] = root
+				}
+			}
+			pending = pending[1:]
+		}
+	}
+	for len(pending) > 0 && pending[0].size == 0 {
+		pending = pending[1:]
+	}
+	hashesDone, err := w.walk(src, func(n int64) {
+		takeRoots(n)
+		if o.Progress != nil && n%65536 == 0 {
+			o.Progress(n, size)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.Progress != nil {
+		o.Progress(w.leaves, size)
+	}
+	r.Leaves = w.leaves
+	if hashesDone {
+		r.Hashes = w.hashes
+	}
+	sound := r.Status == StatusOK // every leaf and hash up to size checked out
+	if sound {
+		root, ok := w.root()
+		if ok {
+			roots[size] = root
+			r.Root = base64.StdEncoding.EncodeToString(root[:])
+		}
+	}
+
+	for _, c := range wants {
+		switch root, known := roots[c.size]; {
+		case c.size > size && c.trusted == "":
+			r.add(o.MaxProblems, Rollback, c.size, "the log's own checkpoint covers %d leaves; the log holds %d", c.size, size)
+		case c.size > size:
+			r.add(o.MaxProblems, Rollback, c.size, "%s checkpoint covers %d leaves; the log holds %d", c.trusted, c.size, size)
+		case !known:
+			// The leaves under it did not check out: reported already.
+		case root != c.root && c.trusted == "":
+			r.add(o.MaxProblems, RootMismatch, c.size, "checkpoint root %s; the leaves give %s", c.root, root)
+		case root != c.root:
+			r.add(o.MaxProblems, Fork, c.size, "%s checkpoint root %s; the log's root at that size is %s", c.trusted, c.root, root)
+		}
+	}
+	return r, nil
+}
+
+// walker recomputes the tree leaf by leaf.
+type walker struct {
+	size   int64
+	report *Report
+	max    int
+	app    *Appender
+	rng    *compact.Range
+	leaves int64
+	hashes int64
+	broken bool
+}
+
+// root is the tree's root at the leaves walked so far, from both
+// implementations; false after they disagreed (reported).
+func (w *walker) root() (tlog.Hash, bool) {
+	a, err := w.app.TreeHash()
+	if err != nil {
+		w.report.add(w.max, RootMismatch, w.app.Size(), "tlog: %v", err)
+		return tlog.Hash{}, false
+	}
+	b, err := w.rng.GetRootHash(nil)
+	if w.app.Size() == 0 {
+		b, err = EmptyRoot[:], nil
+	}
+	if err != nil || !bytes.Equal(a[:], b) {
+		w.report.add(w.max, RootMismatch, w.app.Size(), "tlog and merkle disagree on the root (%v)", err)
+		return tlog.Hash{}, false
+	}
+	return a, true
+}
+
+var errStop = errors.New("stop")
+
+// walk checks every leaf and stored hash, calling at(n) after n leaves. It
+// stops at the first leaf or hash that breaks the tree: nothing after it
+// can be hashed. hashes is false when the source has no stored hashes.
+func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
+	stored, stop := iter.Pull2(func(yield func(int64, []byte) bool) {
+		err := src.StoredHashes(func(i int64, h []byte) error {
+			if !yield(i, h) {
+				return errStop
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			yield(-1, []byte(err.Error()))
+		}
+	})
+	defer stop()
+	hashes = true
+	nextStored := func() (int64, []byte, bool, error) {
+		if !hashes {
+			return 0, nil, false, nil
+		}
+		i, h, ok := stored()
+		if ok && i == -1 {
+			if string(h) == ErrNoStoredHashes.Error() {
+				hashes = false
+				return 0, nil, false, nil
+			}
+			return 0, nil, false, errors.New(string(h))
+		}
+		return i, h, ok, nil
+	}
+
+	var lastSeq = map[string]uint64{}
+	var expectHash int64
+	at(0)
+	err = src.Leaves(0, func(i int64, leaf []byte) error {
+		switch {
+		case i != w.leaves:
+			w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing (next stored is %d)", w.leaves, i)
+			return errStop
+		case i >= w.size:
+			w.report.add(w.max, LeafMismatch, i, "leaf %d is beyond the log's size %d", i, w.size)
+			return errStop
+		}
+		l, err := DecodeLeaf(leaf)
+		if err != nil {
+			w.report.add(w.max, LeafMismatch, i, "leaf %d: %v", i, err)
+			return errStop
+		}
+		if prev, ok := lastSeq[l.Stream]; ok && l.Seq <= prev {
+			w.report.add(w.max, LeafMismatch, i, "leaf %d is %s sequence %d, after sequence %d", i, l.Stream, l.Seq, prev)
+			return errStop
+		}
+		lastSeq[l.Stream] = l.Seq
+		rh := tlog.RecordHash(leaf)
+		_, computed, err := w.app.AppendHash(rh)
+		if err != nil {
+			return err
+		}
+		if err := w.rng.Append(rh[:], nil); err != nil {
+			return err
+		}
+		for level, h := range computed {
+			si, sh, ok, err := nextStored()
+			if err != nil {
+				return err
+			}
+			if !hashes {
+				break
+			}
+			if !ok || si != expectHash {
+				w.hashProblem(level, i, expectHash, "is missing")
+				return errStop
+			}
+			if !bytes.Equal(sh, h[:]) {
+				w.hashProblem(level, i, expectHash, "differs from the hash of its leaves")
+				return errStop
+			}
+			expectHash++
+			w.hashes++
+		}
+		w.leaves++
+		at(w.leaves)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return hashes, err
+	}
+	if errors.Is(err, errStop) {
+		return hashes, nil
+	}
+	if w.leaves < w.size {
+		w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing: the log's size is %d", w.leaves, w.size)
+		return hashes, nil
+	}
+	if si, _, ok, err := nextStored(); err != nil {
+		return hashes, err
+	} else if ok {
+		w.report.add(w.max, HashMismatch, si, "stored hash %d is beyond the log's size %d", si, w.size)
+	}
+	return hashes, nil
+}
+
+func (w *walker) hashProblem(level int, leaf, index int64, what string) {
+	if level == 0 {
+		w.report.add(w.max, LeafMismatch, leaf, "leaf %d: its stored hash (index %d) %s", leaf, index, what)
+		return
+	}
+	w.report.add(w.max, HashMismatch, index, "stored hash %d (level %d, over leaves up to %d) %s", index, level, leaf, what)
+}

@@ -1,0 +1,65 @@
+package producers
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/stretchr/testify/assert"
+)
+
+const waiterOp = "op_0123456789abcdef0123456789abcdef"
+
+func completedEvent() *events.Completed {
+	return &events.Completed{
+		OpHeader: events.OpHeader{OpID: waiterOp, Workspace: "w"}, Attempt: "a",
+		ResultDigest: events.Digest([]byte(`{"r":1}`)), ResultBytes: 7,
+	}
+}
+
+// A completed event read from the stream holds no result: the wait goes
+// on for the runner's reply, which brings it.
+func TestWaiterTakesTheResultFromTheReply(t *testing.T) {
+	w := newWaiter(waiterOp)
+	w.event(events.TypeCompleted, completedEvent())
+	_, _, done := w.result()
+	assert.False(t, done, "the reply may still bring the result")
+	select {
+	case <-w.completed:
+	default:
+		t.Fatal("await is not told to start the grace")
+	}
+	w.reply(events.Reply{OpID: waiterOp, State: events.StateCompleted, Result: json.RawMessage(`{"r":1}`),
+		ResultDigest: events.Digest([]byte(`{"r":1}`)), ResultBytes: 7})
+	o, err, done := w.result()
+	assert.True(t, done)
+	assert.NoError(t, err)
+	assert.JSONEq(t, `{"r":1}`, string(o.Result))
+	assert.False(t, w.settleUnresulted(), "already settled")
+}
+
+// Without a reply, the grace ends the wait with the digest and size.
+func TestWaiterSettlesWithoutTheResult(t *testing.T) {
+	w := newWaiter(waiterOp)
+	w.event(events.TypeCompleted, completedEvent())
+	assert.True(t, w.settleUnresulted())
+	o, err, done := w.result()
+	assert.True(t, done)
+	assert.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, o.State)
+	assert.Nil(t, o.Result)
+	assert.Equal(t, completedEvent().ResultDigest, o.ResultDigest)
+	assert.Equal(t, 7, o.ResultBytes)
+}
+
+// The gate's answer to a retry of an op that had completed says so
+// (existing): no result is coming, and the wait ends at once.
+func TestWaiterEndsOnAnExistingCompletedOp(t *testing.T) {
+	w := newWaiter(waiterOp)
+	w.reply(events.Reply{OpID: waiterOp, State: events.StateCompleted, Existing: true,
+		ResultDigest: completedEvent().ResultDigest, ResultBytes: 7})
+	o, _, done := w.result()
+	assert.True(t, done)
+	assert.Nil(t, o.Result)
+	assert.Equal(t, completedEvent().ResultDigest, o.ResultDigest)
+}

@@ -36,18 +36,8 @@ func indexKey(prefix []byte, i int64) []byte {
 
 // LogSize is the number of leaves in the audit log, as recorded.
 func (s *Store) LogSize() (int64, error) {
-	v, closer, err := s.db.Get(keyLogSize)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return 0, fmt.Errorf("store: log size is %d bytes", len(v))
-	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	n, err := s.uint64Key(keyLogSize, "log size")
+	return int64(n), err
 }
 
 // ReadHashes reads stored hashes (tlog.HashReader).

@@ -83,8 +83,11 @@ func open(dir string, readOnly bool) (*Store, error) {
 func (s *Store) Close() error { return s.db.Close() }
 
 // Applied returns the stream sequence of the last applied event, 0 if none.
-func (s *Store) Applied() (uint64, error) {
-	v, closer, err := s.db.Get(keyApplied)
+func (s *Store) Applied() (uint64, error) { return s.uint64Key(keyApplied, "applied sequence") }
+
+// uint64Key reads a big-endian 8-byte value, 0 when the key is absent.
+func (s *Store) uint64Key(key []byte, what string) (uint64, error) {
+	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil
 	}
@@ -93,7 +96,7 @@ func (s *Store) Applied() (uint64, error) {
 	}
 	defer closer.Close()
 	if len(v) != 8 {
-		return 0, fmt.Errorf("store: applied sequence is %d bytes", len(v))
+		return 0, fmt.Errorf("store: %s is %d bytes", what, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
 }

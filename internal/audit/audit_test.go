@@ -421,3 +421,18 @@ func FuzzLeafRoundTrip(f *testing.F) {
 		require.Equal(t, l, got)
 	})
 }
+
+// The verifier's light check accepts exactly what DecodeLeaf accepts.
+func FuzzCheckLeafAgreesWithDecode(f *testing.F) {
+	f.Add(sampleLeaf().Encode())
+	f.Add([]byte{1, 0x80, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, derr := audit.DecodeLeaf(b)
+		stream, seq, cerr := audit.CheckLeaf(b)
+		require.Equal(t, derr == nil, cerr == nil, "decode %v, check %v", derr, cerr)
+		if derr == nil {
+			require.Equal(t, l.Stream, string(stream))
+			require.Equal(t, l.Seq, seq)
+		}
+	})
+}

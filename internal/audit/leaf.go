@@ -122,6 +122,58 @@ func DecodeLeaf(b []byte) (*Leaf, error) {
 	return l, nil
 }
 
+// checkLeaf validates what DecodeLeaf would, without building the leaf:
+// the version, minimal uvarints, every field within the leaf, no trailing
+// bytes. It returns the stream (a slice of b) and the sequence: all a
+// verifier needs of a leaf besides its hash.
+func checkLeaf(b []byte) (stream []byte, seq uint64, err error) {
+	if len(b) > MaxLeafBytes {
+		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
+	}
+	if len(b) == 0 || b[0] != LeafVersion {
+		return nil, 0, fmt.Errorf("%w: unknown version", ErrBadLeaf)
+	}
+	r := b[1:]
+	next := func() (uint64, error) {
+		v, n := binary.Uvarint(r)
+		if n <= 0 {
+			return 0, fmt.Errorf("%w: truncated", ErrBadLeaf)
+		}
+		var tmp [binary.MaxVarintLen64]byte
+		if binary.PutUvarint(tmp[:], v) != n {
+			return 0, fmt.Errorf("%w: not canonical", ErrBadLeaf)
+		}
+		r = r[n:]
+		return v, nil
+	}
+	if seq, err = next(); err != nil {
+		return nil, 0, err
+	}
+	if _, err = next(); err != nil {
+		return nil, 0, err
+	}
+	for f := range leafFields {
+		n, err := next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if n > uint64(len(r)) {
+			return nil, 0, fmt.Errorf("%w: field longer than the leaf", ErrBadLeaf)
+		}
+		if f == 0 {
+			stream = r[:n]
+		}
+		r = r[n:]
+	}
+	if len(r) != 0 {
+		return nil, 0, fmt.Errorf("%w: %d trailing bytes", ErrBadLeaf, len(r))
+	}
+	return stream, seq, nil
+}
+
+// leafFields is the number of string fields of a leaf.
+var leafFields = len((&Leaf{}).fields())
+
 // NewLeaf builds the leaf of one stored event. data is the decoded event
 // (events.DecodeStored), nil when the message did not decode; body is the
 // stored data, of which only the digest is kept.

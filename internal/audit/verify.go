@@ -276,11 +276,43 @@ func (w *walker) root() (tlog.Hash, bool) {
 
 var errStop = errors.New("stop")
 
-// walk checks every leaf and stored hash, calling at(n) after n leaves. It
-// stops at the first leaf or hash that breaks the tree: nothing after it
-// can be hashed. hashes is false when the source has no stored hashes.
-func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
-	stored, stop := iter.Pull2(func(yield func(int64, []byte) bool) {
+// HashCursor reads stored hashes in index order.
+type HashCursor interface {
+	// Next returns the next stored hash; false at the end or on error.
+	// The hash is valid until the next call.
+	Next() (index int64, hash []byte, ok bool)
+	Err() error
+	Close() error
+}
+
+// HashCursorSource is a Source that reads stored hashes with a cursor,
+// faster than through StoredHashes' callback.
+type HashCursorSource interface {
+	HashCursor() (HashCursor, error)
+}
+
+// storedHashes returns a pull function over the source's stored hashes:
+// ok false at the end; err set when reading failed; none false when the
+// source has no stored hashes.
+func storedHashes(src Source) (next func() (i int64, h []byte, ok bool, err error), stop func(), none bool, err error) {
+	if hc, isCursor := src.(HashCursorSource); isCursor {
+		c, err := hc.HashCursor()
+		if errors.Is(err, ErrNoStoredHashes) {
+			return nil, func() {}, true, nil
+		}
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return func() (int64, []byte, bool, error) {
+			i, h, ok := c.Next()
+			if !ok {
+				return 0, nil, false, c.Err()
+			}
+			return i, h, true, nil
+		}, func() { c.Close() }, false, nil
+	}
+	var srcErr error
+	pull, stopPull := iter.Pull2(func(yield func(int64, []byte) bool) {
 		err := src.StoredHashes(func(i int64, h []byte) error {
 			if !yield(i, h) {
 				return errStop
@@ -288,27 +320,38 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 			return nil
 		})
 		if err != nil && !errors.Is(err, errStop) {
-			yield(-1, []byte(err.Error()))
+			srcErr = err
 		}
 	})
-	defer stop()
-	hashes = true
-	nextStored := func() (int64, []byte, bool, error) {
-		if !hashes {
-			return 0, nil, false, nil
-		}
-		i, h, ok := stored()
-		if ok && i == -1 {
-			if string(h) == ErrNoStoredHashes.Error() {
-				hashes = false
-				return 0, nil, false, nil
-			}
-			return 0, nil, false, errors.New(string(h))
-		}
-		return i, h, ok, nil
+	// The first pull tells a source without hashes from one with.
+	i, h, ok := pull()
+	if !ok && errors.Is(srcErr, ErrNoStoredHashes) {
+		stopPull()
+		return nil, func() {}, true, nil
 	}
+	first := true
+	return func() (int64, []byte, bool, error) {
+		if first {
+			first = false
+			return i, h, ok, srcErr
+		}
+		i, h, ok := pull()
+		return i, h, ok, srcErr
+	}, stopPull, false, nil
+}
 
-	var lastSeq = map[string]uint64{}
+// walk checks every leaf and stored hash, calling at(n) after n leaves. It
+// stops at the first leaf or hash that breaks the tree: nothing after it
+// can be hashed. hashes is false when the source has no stored hashes.
+func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
+	nextStored, stop, none, err := storedHashes(src)
+	if err != nil {
+		return false, err
+	}
+	defer stop()
+	hashes = !none
+
+	lastSeq := map[string]uint64{}
 	var expectHash int64
 	at(0)
 	err = src.Leaves(0, func(i int64, leaf []byte) error {
@@ -320,16 +363,16 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d is beyond the log's size %d", i, w.size)
 			return errStop
 		}
-		l, err := DecodeLeaf(leaf)
+		stream, seq, err := checkLeaf(leaf)
 		if err != nil {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d: %v", i, err)
 			return errStop
 		}
-		if prev, ok := lastSeq[l.Stream]; ok && l.Seq <= prev {
-			w.report.add(w.max, LeafMismatch, i, "leaf %d is %s sequence %d, after sequence %d", i, l.Stream, l.Seq, prev)
+		if prev, ok := lastSeq[string(stream)]; ok && seq <= prev {
+			w.report.add(w.max, LeafMismatch, i, "leaf %d is %s sequence %d, after sequence %d", i, stream, seq, prev)
 			return errStop
 		}
-		lastSeq[l.Stream] = l.Seq
+		lastSeq[string(stream)] = seq
 		rh := tlog.RecordHash(leaf)
 		_, computed, err := w.app.AppendHash(rh)
 		if err != nil {
@@ -338,24 +381,23 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		if err := w.rng.Append(rh[:], nil); err != nil {
 			return err
 		}
-		for level, h := range computed {
-			si, sh, ok, err := nextStored()
-			if err != nil {
-				return err
+		if hashes {
+			for level, h := range computed {
+				si, sh, ok, err := nextStored()
+				if err != nil {
+					return err
+				}
+				if !ok || si != expectHash {
+					w.hashProblem(level, i, expectHash, "is missing")
+					return errStop
+				}
+				if !bytes.Equal(sh, h[:]) {
+					w.hashProblem(level, i, expectHash, "differs from the hash of its leaves")
+					return errStop
+				}
+				expectHash++
+				w.hashes++
 			}
-			if !hashes {
-				break
-			}
-			if !ok || si != expectHash {
-				w.hashProblem(level, i, expectHash, "is missing")
-				return errStop
-			}
-			if !bytes.Equal(sh, h[:]) {
-				w.hashProblem(level, i, expectHash, "differs from the hash of its leaves")
-				return errStop
-			}
-			expectHash++
-			w.hashes++
 		}
 		w.leaves++
 		at(w.leaves)
@@ -371,10 +413,14 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing: the log's size is %d", w.leaves, w.size)
 		return hashes, nil
 	}
-	if si, _, ok, err := nextStored(); err != nil {
-		return hashes, err
-	} else if ok {
-		w.report.add(w.max, HashMismatch, si, "stored hash %d is beyond the log's size %d", si, w.size)
+	if hashes {
+		si, _, ok, err := nextStored()
+		if err != nil {
+			return hashes, err
+		}
+		if ok {
+			w.report.add(w.max, HashMismatch, si, "stored hash %d is beyond the log's size %d", si, w.size)
+		}
 	}
 	return hashes, nil
 }

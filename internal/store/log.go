@@ -281,3 +281,45 @@ func (s *Store) pruneCheckpoints(pb *pebble.Batch, max int) error {
 	}
 	return it.Error()
 }
+
+// HashCursor reads the stored hashes in index order (audit.HashCursorSource).
+func (s *Store) HashCursor() (audit.HashCursor, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixHash, UpperBound: prefixEnd(prefixHash)})
+	if err != nil {
+		return nil, err
+	}
+	return &hashCursor{it: it}, nil
+}
+
+type hashCursor struct {
+	it      *pebble.Iterator
+	started bool
+	err     error
+}
+
+func (c *hashCursor) Next() (int64, []byte, bool) {
+	var ok bool
+	if !c.started {
+		c.started, ok = true, c.it.First()
+	} else {
+		ok = c.it.Next()
+	}
+	if !ok {
+		return 0, nil, false
+	}
+	k := c.it.Key()[len(prefixHash):]
+	if len(k) != 8 {
+		c.err = fmt.Errorf("store: audit key %q is malformed", c.it.Key())
+		return 0, nil, false
+	}
+	return int64(binary.BigEndian.Uint64(k)), c.it.Value(), true
+}
+
+func (c *hashCursor) Err() error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.it.Error()
+}
+
+func (c *hashCursor) Close() error { return c.it.Close() }

@@ -318,3 +318,18 @@ func BenchmarkAuditAppend(b *testing.B) {
 		require.NoError(b, bt.Commit(false))
 	}
 }
+
+func BenchmarkVerify(b *testing.B) {
+	st, err := store.Open(b.TempDir())
+	require.NoError(b, err)
+	defer st.Close()
+	k := newKey(b)
+	buildLog(b, st, k, 200_000, 1024)
+	b.ResetTimer()
+	for range b.N {
+		rep, err := audit.Verify(st, audit.Options{Verifier: k.Verifier})
+		require.NoError(b, err)
+		require.True(b, rep.OK())
+	}
+	b.ReportMetric(float64(200_000*b.N)/b.Elapsed().Seconds(), "leaves/s")
+}

@@ -163,7 +163,10 @@ func TestCrashAfterSideEffect(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, out.Pending)
 	record := filepath.Join(ledger, out.OpID)
-	require.Eventually(t, func() bool { _, err := os.Stat(record); return err == nil }, 30*time.Second, 10*time.Millisecond)
+	// The record is whole (the executor writes it, then syncs it): a kill
+	// between its creation and its write would leave it torn, which is
+	// recovered as ambiguous, not what this test is about.
+	require.Eventually(t, func() bool { b, err := os.ReadFile(record); return err == nil && json.Valid(b) }, 30*time.Second, 10*time.Millisecond)
 
 	srv.kill() // the side effect is done; its result is not stored
 	srv = startServer(t, dir, addr, env, "--claim-timeout", "1s")

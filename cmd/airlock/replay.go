@@ -121,13 +121,25 @@ func replay(ctx context.Context, g *globals, into string, newKey bool) (*replayR
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- p.Run(rctx) }()
-	waitErr := p.WaitApplied(ctx, target)
-	cancel()
-	if err := <-runErr; err != nil {
-		return nil, err
+	// WaitApplied ends with rctx: when Run fails, cancel it.
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- p.WaitApplied(rctx, target) }()
+	var err2 error
+	select {
+	case err2 = <-waitErr:
+		cancel()
+		if err := <-runErr; err != nil {
+			return nil, err
+		}
+	case err2 = <-runErr:
+		cancel()
+		<-waitErr
+		if err2 == nil {
+			err2 = errors.New("replay: the projector stopped before it caught up")
+		}
 	}
-	if waitErr != nil {
-		return nil, waitErr
+	if err2 != nil {
+		return nil, err2
 	}
 	b := st.NewBatch()
 	cp, err := b.Checkpoint(key)

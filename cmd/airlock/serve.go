@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
@@ -52,6 +53,15 @@ func newServe(g *globals) *cobra.Command {
 				return usageError("--log-level: %v", err)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cfg.CheckpointEvery < 1 {
+				return usageError("--checkpoint-every must be at least 1")
+			}
+			if cfg.CheckpointInterval < projector.MinCheckpointInterval {
+				return usageError("--checkpoint-interval must be at least %s", projector.MinCheckpointInterval)
+			}
+			if cfg.ScrubSecureBacklog < -1 {
+				return usageError("--secure-erase-backlog must be -1 or more")
+			}
 			if cfg.Streams.Duplicates < minDedupeWindow {
 				return usageError("--dedupe-window %s is below %s: a request redelivered after a lost ack must still be recognised", cfg.Streams.Duplicates, minDedupeWindow)
 			}

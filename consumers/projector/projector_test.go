@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -182,4 +183,36 @@ func TestForgedEventsAreSkipped(t *testing.T) {
 	after, err := st.Op(victim.ID)
 	require.NoError(t, err)
 	assert.Equal(t, victim, after)
+}
+
+// Checkpoints signed when no message comes (idle, and at a clean stop)
+// apply nothing: the applied sequence stays where the last event left it,
+// and every leaf ends up signed.
+func TestIdleCheckpointKeepsApplied(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	fill(t, n, 12)
+	last := lastOpSeq(t, n)
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	key, _, err := audit.LoadOrCreateKey(t.TempDir())
+	require.NoError(t, err)
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, AuditKey: key, CheckpointInterval: 20 * time.Millisecond, CheckpointEvery: 1 << 20})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	require.NoError(t, p.WaitApplied(wctx, last))
+	require.Eventually(t, func() bool { c := p.Latest(); return c != nil && c.Size == int64(last) }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, last, p.Applied(), "an idle checkpoint applies nothing")
+	require.NoError(t, p.WaitApplied(wctx, last), "and WaitApplied still returns")
+	cancel()
+	require.NoError(t, <-done)
+	assert.Equal(t, last, p.Applied())
+	rep, err := audit.Verify(st, audit.Options{Verifier: key.Verifier})
+	require.NoError(t, err)
+	require.True(t, rep.OK(), "%v", rep.Problems)
+	assert.Equal(t, int64(last), rep.CheckpointSize)
 }

@@ -34,6 +34,11 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	}
 	a.AuditKey = key
 	if created {
+		// A new key over a log signed with another is not a new log: the
+		// old key was lost or removed, and every checkpoint would fail.
+		if size, err := a.Store.LogSize(); err != nil || size > 0 {
+			return nil, fmt.Errorf("audit key: %s holds an audit log but no key (%s, %s): restore them; a new key would orphan every checkpoint", cfg.DataDir, audit.KeyFile, audit.PubFile)
+		}
 		cfg.Logger.Info("audit key created", "origin", key.Origin, "verifier", key.Public)
 	}
 	checkpoints, kvNote, err := projector.OpenCheckpoints(ctx, a.JetStream, key.Origin)

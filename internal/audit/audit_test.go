@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -283,6 +285,7 @@ func TestProofFile(t *testing.T) {
 		l.Seq = uint64(i + 1)
 		if i%7 == 3 {
 			l.Op = op
+			l.Subject = events.OpEventSubject("w", op, "echo", events.TypeGranted)
 			mine = append(mine, int64(i))
 		}
 		b := l.Encode()
@@ -435,4 +438,38 @@ func FuzzCheckLeafAgreesWithDecode(f *testing.F) {
 			require.Equal(t, l.Seq, seq)
 		}
 	})
+}
+
+// A lone key or verifier file is a damaged dir: refused, never replaced
+// by a new key.
+func TestLoneKeyFileIsRefused(t *testing.T) {
+	for _, gone := range []string{audit.PubFile, audit.KeyFile} {
+		dir := t.TempDir()
+		_, _, err := audit.LoadOrCreateKey(dir)
+		require.NoError(t, err)
+		other := audit.KeyFile
+		if gone == audit.KeyFile {
+			other = audit.PubFile
+		}
+		before, err := os.ReadFile(filepath.Join(dir, other))
+		require.NoError(t, err)
+		require.NoError(t, os.Remove(filepath.Join(dir, gone)))
+		_, created, err := audit.LoadOrCreateKey(dir)
+		require.Error(t, err, gone)
+		assert.False(t, created)
+		after, err := os.ReadFile(filepath.Join(dir, other))
+		require.NoError(t, err)
+		assert.Equal(t, before, after)
+	}
+}
+
+// An op event stored on another op's subject (the projector skips it)
+// does not name the op in its leaf, so it is neither indexed under the op
+// nor accepted in the op's proof.
+func TestLeafOfEventOnAnotherOpsSubject(t *testing.T) {
+	x, y := "op_0123456789abcdef0123456789abcdef", "op_ffffffffffffffffffffffffffffffff"
+	g := &events.Granted{OpHeader: events.OpHeader{OpID: x, Workspace: "w"}, Approver: "mallory"}
+	l := audit.NewLeaf("AIRLOCK_OPS", events.OpEventSubject("w", y, "echo", events.TypeGranted), 3, time.Unix(1, 0), events.TypeGranted, "id", "src", "t", []byte("b"), g)
+	assert.Empty(t, l.Op)
+	assert.Equal(t, "mallory", l.Actor, "the leaf still records what the stream holds")
 }

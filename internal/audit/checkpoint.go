@@ -45,7 +45,14 @@ type Key struct {
 func LoadOrCreateKey(dir string) (k *Key, created bool, err error) {
 	k, err = LoadKey(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return createKey(dir)
+		// Only when both halves are gone: a lone key or verifier is a
+		// damaged dir, and a new key would orphan every checkpoint.
+		_, kerr := os.Stat(filepath.Join(dir, KeyFile))
+		_, perr := os.Stat(filepath.Join(dir, PubFile))
+		if errors.Is(kerr, os.ErrNotExist) && errors.Is(perr, os.ErrNotExist) {
+			return createKey(dir)
+		}
+		return nil, false, fmt.Errorf("%w (restore both %s and %s, or remove both to start a new log)", err, KeyFile, PubFile)
 	}
 	return k, false, err
 }

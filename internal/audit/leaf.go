@@ -182,10 +182,12 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		Stream: stream, Subject: subject, Seq: seq, Stored: stored.UTC(),
 		Type: string(typ), ID: id, Source: source, Time: ceTime, Digest: events.Digest(body),
 	}
+	// An op event names its op only when its subject names the same one:
+	// the projector skips an event stored on another op's subject, and its
+	// leaf must not count among that op's events (nor be indexed as one).
 	if h, ok := events.IsOpEvent(data); ok {
-		l.Space, l.Op = h.Workspace, h.OpID
-		if _, _, tool, _, ok := events.OpSubjectParts(subject); ok {
-			l.Tool = tool
+		if ws, op, tool, _, ok := events.OpSubjectParts(subject); ok && ws == h.Workspace && op == h.OpID {
+			l.Space, l.Op, l.Tool = h.Workspace, h.OpID, tool
 		}
 	}
 	summary := func(s *events.Summary) {

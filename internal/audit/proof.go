@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/note"
@@ -178,6 +179,9 @@ func CheckProof(file []byte, v note.Verifier) (*Proof, error) {
 		}
 		if l.Leaf.Op != op {
 			return bad("leaf %d belongs to op %q, not %q", l.Index, l.Leaf.Op, op)
+		}
+		if _, subjOp, _, _, ok := events.OpSubjectParts(l.Leaf.Subject); !ok || subjOp != op {
+			return bad("leaf %d is stored on %q, not on a subject of op %q", l.Index, l.Leaf.Subject, op)
 		}
 		rh := tlog.RecordHash(l.Data)
 		if err := tlog.CheckRecord(l.Proof, c.Size, c.Root, l.Index, rh); err != nil {

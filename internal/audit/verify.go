@@ -71,6 +71,17 @@ type Source interface {
 // ErrNoStoredHashes is returned by a Source that serves leaves only.
 var ErrNoStoredHashes = errors.New("audit: source has no stored hashes")
 
+// ErrCorrupt wraps a Source's error about bytes it cannot even read as
+// part of a log (a malformed key, a size of the wrong length): Verify
+// reports it as a problem, not as a failure to read.
+var ErrCorrupt = errors.New("audit: corrupt log storage")
+
+// AppliedSource is a Source that knows the stream sequence of the last
+// event its projection applied: the log's last leaf must be that event.
+type AppliedSource interface {
+	Applied() (uint64, error)
+}
+
 // Trusted is a checkpoint kept outside the log: from a file or from
 // JetStream.
 type Trusted struct {
@@ -140,11 +151,16 @@ func Verify(src Source, o Options) (*Report, error) {
 	if o.MaxProblems <= 0 {
 		o.MaxProblems = 100
 	}
+	r := &Report{Status: StatusOK, Origin: o.Verifier.Name()}
 	size, err := src.LogSize()
+	if errors.Is(err, ErrCorrupt) {
+		r.add(o.MaxProblems, LeafMismatch, 0, "%v", err)
+		return r, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Status: StatusOK, Size: size, Origin: o.Verifier.Name()}
+	r.Size = size
 
 	// Checkpoints first: their sizes are where the walk must take roots.
 	type want struct {
@@ -154,6 +170,10 @@ func Verify(src Source, o Options) (*Report, error) {
 	}
 	var wants []want
 	sizes, notes, err := src.Checkpoints()
+	if errors.Is(err, ErrCorrupt) {
+		r.add(o.MaxProblems, BadSignature, 0, "%v", err)
+		return r, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -207,12 +227,15 @@ func Verify(src Source, o Options) (*Report, error) {
 			o.Progress(n, size)
 		}
 	})
-	if err != nil {
+	if errors.Is(err, ErrCorrupt) {
+		r.add(o.MaxProblems, LeafMismatch, w.leaves, "%v", err)
+	} else if err != nil {
 		return nil, err
 	}
 	if o.Progress != nil {
 		o.Progress(w.leaves, size)
 	}
+
 	r.Leaves = w.leaves
 	if hashesDone {
 		r.Hashes = w.hashes
@@ -240,19 +263,30 @@ func Verify(src Source, o Options) (*Report, error) {
 			r.add(o.MaxProblems, Fork, c.size, "%s checkpoint root %s; the log's root at that size is %s", c.trusted, c.root, root)
 		}
 	}
+	// The log and the state it describes were written together: a log
+	// that ends before the projection's last event lost its tail.
+	if as, ok := src.(AppliedSource); ok && r.Status == StatusOK {
+		applied, err := as.Applied()
+		if err != nil {
+			return nil, err
+		}
+		if w.lastSeq != applied {
+			r.add(o.MaxProblems, LeafMismatch, size, "the log ends at stream sequence %d; the projection applied %d", w.lastSeq, applied)
+		}
+	}
 	return r, nil
 }
 
 // walker recomputes the tree leaf by leaf.
 type walker struct {
-	size   int64
-	report *Report
-	max    int
-	app    *Appender
-	rng    *compact.Range
-	leaves int64
-	hashes int64
-	broken bool
+	size    int64
+	report  *Report
+	max     int
+	app     *Appender
+	rng     *compact.Range
+	leaves  int64
+	hashes  int64
+	lastSeq uint64 // of the last leaf walked
 }
 
 // root is the tree's root at the leaves walked so far, from both
@@ -368,11 +402,14 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d: %v", i, err)
 			return errStop
 		}
-		if prev, ok := lastSeq[string(stream)]; ok && seq <= prev {
+		// A stream that denies deletes numbers its messages without
+		// gaps, and the projector logs every one.
+		if prev, ok := lastSeq[string(stream)]; ok && seq != prev+1 {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d is %s sequence %d, after sequence %d", i, stream, seq, prev)
 			return errStop
 		}
 		lastSeq[string(stream)] = seq
+		w.lastSeq = seq
 		rh := tlog.RecordHash(leaf)
 		_, computed, err := w.app.AppendHash(rh)
 		if err != nil {

@@ -39,6 +39,7 @@ func auditLog(cfg Config, res *Result) error {
 				return err
 			}
 		}
+		b.SetApplied(uint64(min(i+batch, cfg.AuditLeaves)))
 		if _, err := b.Checkpoint(key); err != nil {
 			return err
 		}

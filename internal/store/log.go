@@ -37,6 +37,9 @@ func indexKey(prefix []byte, i int64) []byte {
 // LogSize is the number of leaves in the audit log, as recorded.
 func (s *Store) LogSize() (int64, error) {
 	n, err := s.uint64Key(keyLogSize, "log size")
+	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return 0, fmt.Errorf("%w: %w", audit.ErrCorrupt, err)
+	}
 	return int64(n), err
 }
 
@@ -130,7 +133,7 @@ func (s *Store) scan(prefix []byte, from int64, fn func(int64, []byte) error) er
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()[len(prefix):]
 		if len(k) != 8 {
-			return fmt.Errorf("store: audit key %q is malformed", it.Key())
+			return fmt.Errorf("%w: key %q is malformed", audit.ErrCorrupt, it.Key())
 		}
 		if err := fn(int64(binary.BigEndian.Uint64(k)), it.Value()); err != nil {
 			return err
@@ -309,7 +312,7 @@ func (c *hashCursor) Next() (int64, []byte, bool) {
 	}
 	k := c.it.Key()[len(prefixHash):]
 	if len(k) != 8 {
-		c.err = fmt.Errorf("store: audit key %q is malformed", c.it.Key())
+		c.err = fmt.Errorf("%w: key %q is malformed", audit.ErrCorrupt, c.it.Key())
 		return 0, nil, false
 	}
 	return int64(binary.BigEndian.Uint64(k)), c.it.Value(), true

@@ -308,6 +308,7 @@ func forgeHistory(t *testing.T, from, to, data string) {
 		if i == 3 {
 			l.Actor = "nobody"
 		}
+		b.SetApplied(l.Seq) // the forger keeps the projection in step too
 		return b.AppendLeaf(l.Encode(), l.Op)
 	}))
 	_, err = b.Checkpoint(key)

@@ -83,7 +83,8 @@ checkpoint. It reads a data dir (a copy is fine) or, with --remote or when a
 running server holds the data dir, the server's leaves.
 
 Exit 0 when sound, 5 with the status (LEAF_MISMATCH, HASH_MISMATCH,
-ROOT_MISMATCH, BAD_SIGNATURE, ROLLBACK, FORK) and its index otherwise.`,
+ROOT_MISMATCH, BAD_SIGNATURE, ROLLBACK, FORK, INDEX_MISMATCH) and its
+index otherwise.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v, err := g.verifierKey(keyPath)

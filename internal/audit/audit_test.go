@@ -436,6 +436,9 @@ func FuzzCheckLeafAgreesWithDecode(f *testing.F) {
 		if derr == nil {
 			require.Equal(t, l.Stream, string(stream))
 			require.Equal(t, l.Seq, seq)
+			_, op, _, err := audit.CheckLeafOp(b)
+			require.NoError(t, err)
+			require.Equal(t, l.Op, string(op))
 		}
 	})
 }

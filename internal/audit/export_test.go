@@ -2,3 +2,6 @@ package audit
 
 // CheckLeaf exposes the verifier's light leaf check to tests.
 var CheckLeaf = checkLeaf
+
+// CheckLeafOp exposes the check that also returns the op.
+var CheckLeafOp = checkLeafOp

@@ -127,11 +127,17 @@ func DecodeLeaf(b []byte) (*Leaf, error) {
 // bytes. It returns the stream (a slice of b) and the sequence: all a
 // verifier needs of a leaf besides its hash.
 func checkLeaf(b []byte) (stream []byte, seq uint64, err error) {
+	stream, _, seq, err = checkLeafOp(b)
+	return stream, seq, err
+}
+
+// checkLeafOp is checkLeaf that also returns the op field.
+func checkLeafOp(b []byte) (stream, op []byte, seq uint64, err error) {
 	if len(b) > MaxLeafBytes {
-		return nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
+		return nil, nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
 	}
 	if len(b) == 0 || b[0] != LeafVersion {
-		return nil, 0, fmt.Errorf("%w: unknown version", ErrBadLeaf)
+		return nil, nil, 0, fmt.Errorf("%w: unknown version", ErrBadLeaf)
 	}
 	r := b[1:]
 	next := func() (uint64, error) {
@@ -147,32 +153,38 @@ func checkLeaf(b []byte) (stream []byte, seq uint64, err error) {
 		return v, nil
 	}
 	if seq, err = next(); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if _, err = next(); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	for f := range leafFields {
 		n, err := next()
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if n > uint64(len(r)) {
-			return nil, 0, fmt.Errorf("%w: field longer than the leaf", ErrBadLeaf)
+			return nil, nil, 0, fmt.Errorf("%w: field longer than the leaf", ErrBadLeaf)
 		}
-		if f == 0 {
+		switch f {
+		case 0:
 			stream = r[:n]
+		case opField:
+			op = r[:n]
 		}
 		r = r[n:]
 	}
 	if len(r) != 0 {
-		return nil, 0, fmt.Errorf("%w: %d trailing bytes", ErrBadLeaf, len(r))
+		return nil, nil, 0, fmt.Errorf("%w: %d trailing bytes", ErrBadLeaf, len(r))
 	}
-	return stream, seq, nil
+	return stream, op, seq, nil
 }
 
-// leafFields is the number of string fields of a leaf.
+// leafFields is the number of string fields of a leaf; opField is the
+// position of Op among them.
 var leafFields = len((&Leaf{}).fields())
+
+const opField = 8
 
 // NewLeaf builds the leaf of one stored event. data is the decoded event
 // (events.DecodeStored), nil when the message did not decode; body is the

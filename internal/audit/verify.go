@@ -3,7 +3,9 @@ package audit
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"iter"
@@ -41,6 +43,10 @@ const (
 	// Fork: a trusted checkpoint is validly signed but its root differs
 	// from the log's at its size: history was rewritten.
 	Fork Status = "FORK"
+	// IndexMismatch: the index of each op's leaves (what proofs are built
+	// from) does not list exactly the leaves that name an op. Index is the
+	// log's size.
+	IndexMismatch Status = "INDEX_MISMATCH"
 )
 
 // Problem is one thing verification found wrong.
@@ -75,6 +81,34 @@ var ErrNoStoredHashes = errors.New("audit: source has no stored hashes")
 // part of a log (a malformed key, a size of the wrong length): Verify
 // reports it as a problem, not as a failure to read.
 var ErrCorrupt = errors.New("audit: corrupt log storage")
+
+// OpIndexSource is a Source that keeps an index of each op's leaves.
+type OpIndexSource interface {
+	// OpIndex calls fn with every entry of the index.
+	OpIndex(fn func(op []byte, index int64) error) error
+}
+
+// opSum adds up a multiset of (op, leaf index) pairs: two sums of halves
+// of SHA-256, so the index and the leaves can be compared in one pass
+// each without holding either.
+type opSum struct {
+	a, b  uint64
+	count int64
+}
+
+func (s *opSum) add(op []byte, index int64) {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], uint64(index))
+	h := sha256.New()
+	h.Write(op)
+	h.Write([]byte{0})
+	h.Write(buf[:])
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	s.a += binary.BigEndian.Uint64(sum[0:8])
+	s.b += binary.BigEndian.Uint64(sum[8:16])
+	s.count++
+}
 
 // AppliedSource is a Source that knows the stream sequence of the last
 // event its projection applied: the log's last leaf must be that event.
@@ -274,6 +308,18 @@ func Verify(src Source, o Options) (*Report, error) {
 			r.add(o.MaxProblems, LeafMismatch, size, "the log ends at stream sequence %d; the projection applied %d", w.lastSeq, applied)
 		}
 	}
+	// Proofs find an op's leaves through the index: it must list them
+	// all and nothing else.
+	if ix, ok := src.(OpIndexSource); ok && r.Status == StatusOK {
+		var idx opSum
+		err := ix.OpIndex(func(op []byte, i int64) error { idx.add(op, i); return nil })
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return nil, err
+		}
+		if err != nil || idx != w.ops {
+			r.add(o.MaxProblems, IndexMismatch, size, "the op index lists %d leaves; %d leaves name an op (or the entries differ)", idx.count, w.ops.count)
+		}
+	}
 	return r, nil
 }
 
@@ -287,6 +333,7 @@ type walker struct {
 	leaves  int64
 	hashes  int64
 	lastSeq uint64 // of the last leaf walked
+	ops     opSum  // the leaves that name an op
 }
 
 // root is the tree's root at the leaves walked so far, from both
@@ -397,7 +444,7 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d is beyond the log's size %d", i, w.size)
 			return errStop
 		}
-		stream, seq, err := checkLeaf(leaf)
+		stream, op, seq, err := checkLeafOp(leaf)
 		if err != nil {
 			w.report.add(w.max, LeafMismatch, i, "leaf %d: %v", i, err)
 			return errStop
@@ -410,6 +457,9 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		}
 		lastSeq[string(stream)] = seq
 		w.lastSeq = seq
+		if len(op) > 0 {
+			w.ops.add(op, i)
+		}
 		rh := tlog.RecordHash(leaf)
 		_, computed, err := w.app.AppendHash(rh)
 		if err != nil {

@@ -326,3 +326,22 @@ func (c *hashCursor) Err() error {
 }
 
 func (c *hashCursor) Close() error { return c.it.Close() }
+
+// OpIndex calls fn with every entry of the op index (audit.OpIndexSource).
+func (s *Store) OpIndex(fn func(op []byte, index int64) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixOpLeaf, UpperBound: prefixEnd(prefixOpLeaf)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()[len(prefixOpLeaf):]
+		if len(k) < 10 || k[len(k)-9] != '/' {
+			return fmt.Errorf("%w: key %q is malformed", audit.ErrCorrupt, it.Key())
+		}
+		if err := fn(k[:len(k)-9], int64(binary.BigEndian.Uint64(k[len(k)-8:]))); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}

@@ -242,6 +242,11 @@ func TestTamperMatrix(t *testing.T) {
 		}, audit.LeafMismatch, 56},
 		{"a malformed leaf key", func(db *pebble.DB) { set(db, []byte("t/l/x"), []byte("junk")) }, audit.LeafMismatch, n},
 		{"a size of the wrong length", func(db *pebble.DB) { set(db, []byte("t/size"), []byte{1}) }, audit.LeafMismatch, 0},
+		{"delete an op's index entry", func(db *pebble.DB) { del(db, key("t/o/"+opID(9)+"/", 9)) }, audit.IndexMismatch, n},
+		{"point an op's index at another leaf", func(db *pebble.DB) {
+			del(db, key("t/o/"+opID(9)+"/", 9))
+			set(db, key("t/o/"+opID(9)+"/", 10), nil)
+		}, audit.IndexMismatch, n},
 		{"replace a checkpoint with one stored under another size", func(db *pebble.DB) {
 			set(db, key("t/c/", 20), get(db, key("t/c/", 16)))
 		}, audit.BadSignature, 20},

@@ -120,7 +120,7 @@ func (r *remoteSource) Leaves(from int64, fn func(int64, []byte) error) error {
 	return nil
 }
 
-func (r *remoteSource) StoredHashes(func(int64, []byte) error) error { return audit.ErrNoStoredHashes }
+func (r *remoteSource) HashCursor() (audit.HashCursor, error) { return nil, audit.ErrNoStoredHashes }
 
 func (r *remoteSource) Checkpoints() (sizes []int64, notes [][]byte, err error) {
 	size, err := r.LogSize()

@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"iter"
 	"slices"
 
 	"github.com/transparency-dev/merkle/compact"
@@ -66,9 +65,9 @@ type Source interface {
 	LogSize() (int64, error)
 	// Leaves calls fn with each stored leaf from index from on, in order.
 	Leaves(from int64, fn func(index int64, leaf []byte) error) error
-	// StoredHashes calls fn with each stored hash in order; it returns
+	// HashCursor reads the stored hashes in index order; it returns
 	// ErrNoStoredHashes when the source has none to offer.
-	StoredHashes(fn func(index int64, hash []byte) error) error
+	HashCursor() (HashCursor, error)
 	// Checkpoints returns the log's stored checkpoints, each with the
 	// size it is stored under.
 	Checkpoints() (sizes []int64, notes [][]byte, err error)
@@ -366,59 +365,24 @@ type HashCursor interface {
 	Close() error
 }
 
-// HashCursorSource is a Source that reads stored hashes with a cursor,
-// faster than through StoredHashes' callback.
-type HashCursorSource interface {
-	HashCursor() (HashCursor, error)
-}
-
 // storedHashes returns a pull function over the source's stored hashes:
-// ok false at the end; err set when reading failed; none false when the
+// ok false at the end; err set when reading failed; none true when the
 // source has no stored hashes.
 func storedHashes(src Source) (next func() (i int64, h []byte, ok bool, err error), stop func(), none bool, err error) {
-	if hc, isCursor := src.(HashCursorSource); isCursor {
-		c, err := hc.HashCursor()
-		if errors.Is(err, ErrNoStoredHashes) {
-			return nil, func() {}, true, nil
-		}
-		if err != nil {
-			return nil, nil, false, err
-		}
-		return func() (int64, []byte, bool, error) {
-			i, h, ok := c.Next()
-			if !ok {
-				return 0, nil, false, c.Err()
-			}
-			return i, h, true, nil
-		}, func() { c.Close() }, false, nil
-	}
-	var srcErr error
-	pull, stopPull := iter.Pull2(func(yield func(int64, []byte) bool) {
-		err := src.StoredHashes(func(i int64, h []byte) error {
-			if !yield(i, h) {
-				return errStop
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errStop) {
-			srcErr = err
-		}
-	})
-	// The first pull tells a source without hashes from one with.
-	i, h, ok := pull()
-	if !ok && errors.Is(srcErr, ErrNoStoredHashes) {
-		stopPull()
+	c, err := src.HashCursor()
+	if errors.Is(err, ErrNoStoredHashes) {
 		return nil, func() {}, true, nil
 	}
-	first := true
+	if err != nil {
+		return nil, nil, false, err
+	}
 	return func() (int64, []byte, bool, error) {
-		if first {
-			first = false
-			return i, h, ok, srcErr
+		i, h, ok := c.Next()
+		if !ok {
+			return 0, nil, false, c.Err()
 		}
-		i, h, ok := pull()
-		return i, h, ok, srcErr
-	}, stopPull, false, nil
+		return i, h, true, nil
+	}, func() { c.Close() }, false, nil
 }
 
 // walk checks every leaf and stored hash, calling at(n) after n leaves. It

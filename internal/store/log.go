@@ -82,11 +82,6 @@ func (s *Store) Leaves(from int64, fn func(index int64, leaf []byte) error) erro
 	return s.scan(prefixLeaf, from, fn)
 }
 
-// StoredHashes calls fn with each stored hash in index order, as stored.
-func (s *Store) StoredHashes(fn func(index int64, hash []byte) error) error {
-	return s.scan(prefixHash, 0, fn)
-}
-
 // Checkpoints returns every stored checkpoint note, keyed by the size its
 // key names, in size order.
 func (s *Store) Checkpoints() (sizes []int64, notes [][]byte, err error) {
@@ -285,7 +280,7 @@ func (s *Store) pruneCheckpoints(pb *pebble.Batch, max int) error {
 	return it.Error()
 }
 
-// HashCursor reads the stored hashes in index order (audit.HashCursorSource).
+// HashCursor reads the stored hashes in index order, as stored.
 func (s *Store) HashCursor() (audit.HashCursor, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixHash, UpperBound: prefixEnd(prefixHash)})
 	if err != nil {

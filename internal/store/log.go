@@ -255,29 +255,46 @@ func (b *Batch) writeLog(pb *pebble.Batch) error {
 		if err := pb.Set(indexKey(prefixCheckpoint, c.Size), c.Note, nil); err != nil {
 			return err
 		}
-		return b.s.pruneCheckpoints(pb, b.s.maxCheckpoints)
+		var err error
+		b.checkpointDelta, err = b.s.pruneCheckpoints(pb, b.s.maxCheckpoints, c.Size)
+		return err
 	}
 	return nil
 }
 
-// pruneCheckpoints deletes the oldest stored checkpoints beyond max - 1,
-// making room for the one pb adds.
-func (s *Store) pruneCheckpoints(pb *pebble.Batch, max int) error {
+// pruneCheckpoints makes room for the checkpoint of size that pb adds:
+// it deletes the oldest stored ones beyond max - 1 and returns by how many
+// the count of stored checkpoints changes. The count is read once, then
+// kept (Batch.Commit applies the change), so a checkpoint costs no scan.
+func (s *Store) pruneCheckpoints(pb *pebble.Batch, max int, size int64) (delta int, err error) {
+	if s.checkpoints < 0 {
+		n := 0
+		if err := s.scan(prefixCheckpoint, 0, func(int64, []byte) error { n++; return nil }); err != nil {
+			return 0, err
+		}
+		s.checkpoints = n
+	}
+	if _, closer, err := s.db.Get(indexKey(prefixCheckpoint, size)); err == nil {
+		closer.Close()
+		return 0, nil // signed again at the same size: replaced, not added
+	}
+	excess := s.checkpoints + 1 - max
+	if excess <= 0 {
+		return 1, nil
+	}
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixCheckpoint, UpperBound: prefixEnd(prefixCheckpoint)})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer it.Close()
-	var keys [][]byte
-	for ok := it.Last(); ok; ok = it.Prev() {
-		keys = append(keys, append([]byte{}, it.Key()...))
-		if len(keys) > max-1 {
-			if err := pb.Delete(keys[len(keys)-1], nil); err != nil {
-				return err
-			}
+	deleted := 0
+	for ok := it.First(); ok && deleted < excess; ok = it.Next() {
+		if err := pb.Delete(append([]byte{}, it.Key()...), nil); err != nil {
+			return 0, err
 		}
+		deleted++
 	}
-	return it.Error()
+	return 1 - deleted, it.Error()
 }
 
 // HashCursor reads the stored hashes in index order, as stored.

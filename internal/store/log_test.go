@@ -143,6 +143,15 @@ func TestCheckpointsArePruned(t *testing.T) {
 	assert.Equal(t, []int64{24, 28, 32, 36, 40}, sizes)
 	rep := verify(t, st, k)
 	require.True(t, rep.OK(), "%+v", rep.Problems)
+
+	// Signing again at the same size replaces; the count stays right.
+	b := st.NewBatch()
+	_, err = b.Checkpoint(k)
+	require.NoError(t, err)
+	require.NoError(t, b.Commit(false))
+	sizes, _, err = st.Checkpoints()
+	require.NoError(t, err)
+	assert.Equal(t, []int64{24, 28, 32, 36, 40}, sizes)
 }
 
 // The tamper matrix: each change to a sound log is found, with the exact

@@ -52,6 +52,7 @@ type Store struct {
 	// app writes the audit tree; only batches use it, one at a time.
 	app            *audit.Appender
 	maxCheckpoints int
+	checkpoints    int // stored checkpoints; -1 until counted
 }
 
 // MaxLiveCache bounds the ops the store caches in memory.
@@ -76,7 +77,7 @@ func open(dir string, readOnly bool) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints}, nil
+	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1}, nil
 }
 
 // Close closes the store. It is not safe to call twice.
@@ -172,9 +173,10 @@ type Batch struct {
 	order   []string
 	applied uint64
 
-	leaves     []pendingLeaf
-	checkpoint *audit.Checkpoint
-	touched    bool // the audit appender moved on with this batch
+	leaves          []pendingLeaf
+	checkpoint      *audit.Checkpoint
+	checkpointDelta int  // change to the count of stored checkpoints
+	touched         bool // the audit appender moved on with this batch
 }
 
 type entry struct {
@@ -232,6 +234,9 @@ func (b *Batch) Commit(sync bool) error {
 		return err
 	}
 	b.touched = false
+	if b.checkpoint != nil && b.s.checkpoints >= 0 {
+		b.s.checkpoints += b.checkpointDelta
+	}
 	return nil
 }
 
@@ -307,6 +312,7 @@ func (b *Batch) commit(sync bool) error {
 func (b *Batch) Abort() {
 	if b.touched {
 		b.s.app = nil
+		b.s.checkpoints = -1
 		b.touched = false
 	}
 }

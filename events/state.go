@@ -87,6 +87,9 @@ type Op struct {
 	// Approver names who resolved the hold, and Resolution how.
 	Approver   string `json:"approver,omitempty"`
 	Resolution string `json:"resolution,omitempty"`
+	// ResolvedAt is when the hold was granted, denied or expired (the
+	// stored time of that event).
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 	// Rule names the policy rule behind the newest decision.
 	Rule string `json:"rule,omitempty"`
 	// Attempt is the id of the newest claim; Attempts counts claims.
@@ -134,6 +137,7 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.HoldExpiresAt = &exp
 	case *Granted:
 		op.Reason, op.Approver, op.Resolution = d.Reason, d.Approver, string(DecisionGrant)
+		op.ResolvedAt = &at
 	case *Denied:
 		op.summary(d.Request)
 		op.ErrorCode, op.Error, op.Rule = d.Code, d.Reason, d.Rule
@@ -143,8 +147,12 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		if d.Actor != "" {
 			op.Approver, op.Resolution = d.Actor, string(DecisionDeny)
 		}
+		if op.State == StateHeld {
+			op.ResolvedAt = &at
+		}
 	case *Expired:
 		op.ErrorCode, op.Error = CodeHoldExpired, "hold expired unresolved"
+		op.ResolvedAt = &at
 	case *Claimed:
 		op.Attempt = d.Attempt
 		op.Attempts++

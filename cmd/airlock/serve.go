@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/spf13/cobra"
@@ -53,6 +54,9 @@ func newServe(g *globals) *cobra.Command {
 				return usageError("--log-level: %v", err)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cfg.ReadyMaxLag < 1 {
+				return usageError("--ready-max-lag must be at least 1")
+			}
 			if cfg.CheckpointEvery < 1 {
 				return usageError("--checkpoint-every must be at least 1")
 			}
@@ -110,6 +114,8 @@ func newServe(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "sign an audit checkpoint once the oldest unsigned event is this old")
 	f.IntVar(&cfg.ScrubSecureBacklog, "secure-erase-backlog", 16, "erase each finished op's request with a JetStream secure delete while no more than this many wait; above it, delete them (their bytes leave the disk with their block; see docs/security.md); -1: always secure")
 	f.BoolVar(&cfg.AuditOverride, "unsafe-audit-override", false, "start even when the audit log fails verification (rolled back, forked, tampered): logged as an error; investigate first")
+	f.StringVar(&cfg.MetricsListen, "metrics", "", "serve Prometheus /metrics, /healthz and /readyz on this address (host:port; e.g. 127.0.0.1:9090); empty for none")
+	f.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", metrics.DefaultMaxLag, "/readyz says not ready while the projector is more than this many ops stream messages behind")
 	f.BoolVar(&noAuth, "no-auth", false, "admit every client with every permission (no credentials): only for a private, single-user machine")
 	return cmd
 }
@@ -126,6 +132,9 @@ func serve(ctx context.Context, cfg app.Config) error {
 	fmt.Printf("airlock serving\n  nats:    %s\n", a.ClientURL())
 	if a.Server != nil && cfg.Monitor != "" {
 		fmt.Printf("  monitor: http://%s\n", a.Server.MonitorAddr())
+	}
+	if addr := a.MetricsAddr(); addr != "" {
+		fmt.Printf("  metrics: http://%s/metrics (/healthz, /readyz)\n", addr)
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
 	fmt.Printf("  audit:   %s (%s; %d events, %s)\n", a.AuditKey.Origin, filepath.Join(cfg.DataDir, audit.PubFile), a.AuditReport.Size, a.AuditReport.Status)

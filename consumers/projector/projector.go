@@ -44,6 +44,9 @@ type Config struct {
 	// NoAuditLog writes no leaves: for benchmarks that measure what the
 	// log costs, never for a deployment (serve has no flag for it).
 	NoAuditLog bool
+	// Observer, if set, is told every transition once it is committed
+	// (metrics).
+	Observer Observer
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -92,6 +95,13 @@ type Projector struct {
 	unsigned int64
 	since    time.Time
 	latest   atomic.Pointer[audit.Checkpoint]
+	// latestAt is when latest was signed, or when the projector started
+	// (unix ns).
+	latestAt atomic.Int64
+
+	// pending holds the transitions of the batch being built, for the
+	// Observer.
+	pending []Transition
 }
 
 // New returns a projector positioned at the store's applied sequence.
@@ -105,6 +115,7 @@ func New(cfg Config) (*Projector, error) {
 	}
 	p := &Projector{cfg: cfg, changed: make(chan struct{})}
 	p.applied.Store(seq)
+	p.latestAt.Store(time.Now().UnixNano()) // no checkpoint yet: since start
 	if err := p.loadLatest(); err != nil {
 		return nil, err
 	}
@@ -138,6 +149,10 @@ func (p *Projector) loadLatest() error {
 
 // Latest is the newest checkpoint, nil before the first.
 func (p *Projector) Latest() *audit.Checkpoint { return p.latest.Load() }
+
+// LatestAt is when the newest checkpoint was signed; for one signed before
+// this process started, or when there is none, when the projector started.
+func (p *Projector) LatestAt() time.Time { return time.Unix(0, p.latestAt.Load()) }
 
 // Applied is the stream sequence of the last committed message.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
@@ -244,6 +259,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		for {
 			if err := p.apply(b, m); err != nil {
 				b.Abort()
+				p.pending = p.pending[:0]
 				return err
 			}
 			n++
@@ -279,15 +295,18 @@ func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64) er
 	// A batch with a checkpoint is synced: the checkpoint goes to
 	// JetStream next, and must not outlive the leaves it signs.
 	if err := b.Commit(p.cfg.Sync || cp != nil); err != nil {
+		p.pending = p.pending[:0]
 		return fmt.Errorf("projector: commit: %w", err)
 	}
 	p.committed(b)
+	p.flushObserved()
 	if cp == nil {
 		failpoint.Hit(failpoint.AuditAfterCommit, "")
 		return nil
 	}
 	p.unsigned = 0
 	p.latest.Store(cp)
+	p.latestAt.Store(time.Now().UnixNano())
 	failpoint.Hit(failpoint.AuditAfterCheckpoint, "")
 	if err := p.publishLatest(ctx); err != nil {
 		return err
@@ -382,6 +401,9 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 		}
 	}
 	if typ == events.TypeRejected {
+		if r, ok := data.(*events.Rejected); ok && err == nil {
+			p.observe(Transition{Type: typ, Data: r, At: md.Timestamp.UTC()})
+		}
 		return nil // recorded in the stream; no op to fold
 	}
 	if err != nil {
@@ -391,6 +413,7 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 	}
 	h, isOp := events.IsOpEvent(data)
 	if !isOp {
+		p.observe(Transition{Type: typ, Data: data, At: md.Timestamp.UTC()})
 		return nil
 	}
 	ws, op, tool, verb, ok := events.OpSubjectParts(m.Subject())
@@ -413,10 +436,15 @@ func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
 		p.cfg.Logger.Warn("op event names another tool; skipped", "op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
 		return nil
 	}
+	from, since := rec.State, rec.UpdatedAt
 	if err := rec.Apply(data, seq, md.Timestamp.UTC()); err != nil {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event breaks the state machine; skipped",
 			"op", h.OpID, "ws", h.Workspace, "event_type", typ, "seq", seq, "err", err)
+		return nil
+	}
+	if p.cfg.Observer != nil {
+		p.observe(transition(typ, data, from, since, rec))
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -99,6 +102,13 @@ type Config struct {
 	// NoAuditLog keeps no audit log: only for benchmarks that measure
 	// what the log costs.
 	NoAuditLog bool
+	// MetricsListen is where /metrics, /healthz and /readyz are served
+	// (host:port, port 0 for any); empty for nowhere. The metrics are kept
+	// either way (App.Metrics).
+	MetricsListen string
+	// ReadyMaxLag is the projector lag, in ops stream messages, beyond
+	// which /readyz says not ready; zero for metrics.DefaultMaxLag.
+	ReadyMaxLag uint64
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -133,14 +143,26 @@ type App struct {
 	AuditKey *audit.Key
 	// AuditReport is what verifying the audit log at start found.
 	AuditReport *audit.Report
+	// Metrics is the process's Prometheus registry and health checks.
+	Metrics *metrics.Metrics
 
 	cfg    Config
 	gate   *gate.Gate
 	cancel context.CancelFunc
 	group  *errgroup.Group
 	svc    interface{ Stop() error }
+	http   *http.Server
+	httpLn net.Listener
 	done   chan struct{}
 	err    error
+}
+
+// MetricsAddr is where /metrics is served; empty when it is not.
+func (a *App) MetricsAddr() string {
+	if a.httpLn == nil {
+		return ""
+	}
+	return a.httpLn.Addr().String()
 }
 
 // ClientURL is where NATS clients connect.
@@ -265,14 +287,28 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	transitions := metrics.NewTransitions()
 	a.Projector, err = projector.New(projector.Config{
 		JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
 		AuditKey: a.AuditKey, Checkpoints: checkpoints,
 		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
-		NoAuditLog: cfg.NoAuditLog,
+		NoAuditLog: cfg.NoAuditLog, Observer: transitions,
 	})
 	if err != nil {
 		return err
+	}
+	a.Metrics, err = metrics.New(metrics.Config{
+		Store: a.Store, Projector: a.Projector, JetStream: a.JetStream, Transitions: transitions,
+		AuditStatus: a.auditStatus, Running: a.running, MaxLag: cfg.ReadyMaxLag, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsListen != "" {
+		if a.httpLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			return fmt.Errorf("app: metrics: %w", err)
+		}
+		a.http = &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	a.svc, err = projector.Serve(a.Conn, a.Store, a.AuditKey)
 	if err != nil {
@@ -287,6 +323,21 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("expirer", expirer.Run(gctx)) })
 	grp.Go(func() error { return named("scrubber", scrubber.Run(gctx)) })
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
+	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
+	if a.http != nil {
+		grp.Go(func() error {
+			if err := a.http.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
+				return named("metrics", err)
+			}
+			return nil
+		})
+		grp.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return named("metrics", a.http.Shutdown(sctx))
+		})
+	}
 	go func() {
 		a.err = grp.Wait()
 		close(a.done)
@@ -300,6 +351,31 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "tools", reg.Tools())
 	return nil
+}
+
+// running says whether every part still runs (readiness).
+func (a *App) running() error {
+	select {
+	case <-a.done:
+		if a.err != nil {
+			return fmt.Errorf("stopped: %w", a.err)
+		}
+		return errors.New("stopped")
+	default:
+		return nil
+	}
+}
+
+// auditStatus says whether the audit log verified at start (readiness).
+func (a *App) auditStatus() (bool, string) {
+	r := a.AuditReport
+	if r == nil {
+		return false, "not verified"
+	}
+	if r.OK() {
+		return true, fmt.Sprintf("verified %d leaves at start", r.Size)
+	}
+	return false, fmt.Sprintf("failed verification at start (%s); started with --unsafe-audit-override", r.Status)
 }
 
 func named(part string, err error) error {
@@ -403,6 +479,9 @@ func (a *App) close() {
 	if a.svc != nil {
 		_ = a.svc.Stop()
 		a.svc = nil
+	}
+	if a.httpLn != nil && a.cancel == nil {
+		_ = a.httpLn.Close() // never served: start failed
 	}
 	if a.Conn != nil {
 		a.Conn.Close()

@@ -5,6 +5,7 @@
 // # Keys
 //
 //	m/applied                       last applied stream sequence (8 bytes, big endian)
+//	m/n/<state>, m/counted          ops in each state (see counts.go)
 //	o/<op id>                       the op, JSON (events.Op)
 //	a/<first seq>/<op id>           every op in creation order
 //	s/<state>/<first seq>/<op id>   ops by state, in creation order
@@ -48,6 +49,9 @@ type Store struct {
 	mu        sync.Mutex
 	live      map[string]events.Op
 	liveLimit int
+	// counts is the number of ops in each state (see counts.go); only
+	// Commit writes it.
+	counts map[events.State]int64
 
 	// app writes the audit tree; only batches use it, one at a time.
 	app            *audit.Appender
@@ -77,7 +81,12 @@ func open(dir string, readOnly bool) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	return &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1}, nil
+	s := &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1}
+	if err := s.loadCounts(readOnly); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	return s, nil
 }
 
 // Close closes the store. It is not safe to call twice.
@@ -243,6 +252,7 @@ func (b *Batch) Commit(sync bool) error {
 func (b *Batch) commit(sync bool) error {
 	pb := b.s.db.NewBatch()
 	defer pb.Close()
+	delta := countDelta{}
 	for _, id := range b.order {
 		e := b.ops[id]
 		if e.op.State == events.StateNew {
@@ -258,6 +268,7 @@ func (b *Batch) commit(sync bool) error {
 		if e.from == e.op.State {
 			continue
 		}
+		delta.move(e.from, e.op.State)
 		if err := markScrub(pb, e); err != nil { // see scrub.go
 			return err
 		}
@@ -269,6 +280,11 @@ func (b *Batch) commit(sync bool) error {
 			return err
 		}
 		if err := pb.Set(orderKey("s/"+string(e.op.State)+"/", e.op), nil, nil); err != nil {
+			return err
+		}
+	}
+	if len(delta) > 0 {
+		if err := writeCounts(pb, b.s.counts, delta); err != nil {
 			return err
 		}
 	}
@@ -291,6 +307,9 @@ func (b *Batch) commit(sync bool) error {
 	}
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
+	for st, d := range delta {
+		b.s.counts[st] += d
+	}
 	for _, id := range b.order {
 		op := b.ops[id].op
 		_, cached := b.s.live[id]

@@ -1,0 +1,210 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// DefaultMaxLag is how many messages the projector may be behind the ops
+// stream and still be ready.
+const DefaultMaxLag = 1000
+
+// DefaultTimeout bounds the JetStream requests of one scrape or readiness
+// check.
+const DefaultTimeout = 2 * time.Second
+
+// Config configures Metrics.
+type Config struct {
+	// Store, Projector and JetStream are what the metrics read. Required.
+	Store     *store.Store
+	Projector *projector.Projector
+	JetStream jetstream.JetStream
+	// Transitions are the projector's counts (its Observer). Required.
+	Transitions *Transitions
+	// AuditStatus says whether the audit log verified at start, and if
+	// not, why. Required.
+	AuditStatus func() (ok bool, detail string)
+	// Running returns nil while every part of the process runs, else
+	// what stopped. Nil for always.
+	Running func() error
+	// MaxLag is the projector lag, in messages of the ops stream, beyond
+	// which the process is not ready; zero for DefaultMaxLag.
+	MaxLag uint64
+	// Timeout bounds each scrape's JetStream requests; zero for
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Clock tells the time; default time.Now.
+	Clock func() time.Time
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.Store == nil || c.Projector == nil || c.JetStream == nil || c.Transitions == nil || c.AuditStatus == nil {
+		return errors.New("metrics: Store, Projector, JetStream, Transitions and AuditStatus are required")
+	}
+	if c.MaxLag == 0 {
+		c.MaxLag = DefaultMaxLag
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Metrics is one process's registry: the transition counts, the stored
+// state read at each scrape, JetStream advisories, and the Go runtime's
+// and the process's own metrics. It is safe for concurrent use.
+type Metrics struct {
+	cfg Config
+	reg *prometheus.Registry
+	adv *advisories
+
+	anomalies prometheus.CounterFunc
+}
+
+// New returns the registry with every Airlock metric registered.
+func New(cfg Config) (*Metrics, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Metrics{cfg: cfg, reg: prometheus.NewRegistry(), adv: newAdvisories(cfg)}
+	m.anomalies = prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: Anomalies,
+		Help: "Op events the projector skipped because they did not decode or broke the state machine.",
+	}, func() float64 { return float64(cfg.Projector.Anomalies()) })
+	cs := append([]prometheus.Collector{cfg.Transitions}, m.anomalies, &stateCollector{m: m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cs = append(cs, m.adv.collectors()...)
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Registry is where the metrics are registered; Gather it to read them.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Run follows JetStream's advisories about Airlock's streams until ctx
+// ends.
+func (m *Metrics) Run(ctx context.Context) error { return m.adv.run(ctx) }
+
+// ProjectorLag returns the ops stream's last sequence and how far behind
+// it the projector is.
+func (m *Metrics) ProjectorLag(ctx context.Context) (last, lag uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	s, err := m.cfg.JetStream.Stream(ctx, streams.Ops)
+	if err != nil {
+		return 0, 0, err
+	}
+	last = s.CachedInfo().State.LastSeq
+	if applied := m.cfg.Projector.Applied(); applied < last {
+		lag = last - applied
+	}
+	return last, lag, nil
+}
+
+// stateCollector reads, at each scrape, what the projection and the
+// streams hold now.
+type stateCollector struct{ m *Metrics }
+
+var (
+	descOps          = prometheus.NewDesc(OpsByState, "Ops in each state, as the projection holds them.", []string{"state"}, nil)
+	descHolds        = prometheus.NewDesc(HoldsPending, "Ops held for an approver.", nil, nil)
+	descHoldAge      = prometheus.NewDesc(HoldOldestAge, "Age of the oldest pending hold, 0 when there is none.", nil, nil)
+	descLag          = prometheus.NewDesc(ProjectorLag, "Messages of the ops stream the projector has not applied yet.", nil, nil)
+	descApplied      = prometheus.NewDesc(ProjectorSeq, "Ops stream sequence of the last message the projector applied.", nil, nil)
+	descLeaves       = prometheus.NewDesc(AuditLeaves, "Leaves in the audit log.", nil, nil)
+	descSigned       = prometheus.NewDesc(AuditSigned, "Leaves the newest audit checkpoint signs.", nil, nil)
+	descCheckpointAt = prometheus.NewDesc(AuditCheckAge, "Seconds since the newest audit checkpoint was signed; since the process started when it signed none.", nil, nil)
+	descVerified     = prometheus.NewDesc(AuditVerified, "1 when the audit log verified at start, 0 when the process started with --unsafe-audit-override over a failure.", nil, nil)
+	descReady        = prometheus.NewDesc(Ready, "1 when /readyz answers ready.", nil, nil)
+	descLastSeq      = prometheus.NewDesc(StreamLastSeq, "Last sequence of each of Airlock's streams.", []string{"stream"}, nil)
+	descMessages     = prometheus.NewDesc(StreamMessages, "Messages stored in each of Airlock's streams.", []string{"stream"}, nil)
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOps, descHolds, descHoldAge, descLag, descApplied, descLeaves, descSigned, descCheckpointAt, descVerified, descReady, descLastSeq, descMessages} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.m
+	cfg := m.cfg
+	now := cfg.Clock()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counts := cfg.Store.Counts()
+	for _, st := range events.AllStates {
+		gauge(descOps, float64(counts[st]), string(st))
+	}
+	gauge(descHolds, float64(counts[events.StateHeld]))
+	age := 0.0
+	if held, _, err := cfg.Store.List(events.StateHeld, "", "", 1); err != nil {
+		cfg.Logger.Warn("metrics: oldest hold", "err", err)
+	} else if len(held) == 1 {
+		age = seconds(now.Sub(held[0].UpdatedAt))
+	}
+	gauge(descHoldAge, age)
+	gauge(descApplied, float64(cfg.Projector.Applied()))
+	if size, err := cfg.Store.LogSize(); err == nil {
+		gauge(descLeaves, float64(size))
+	}
+	signed := 0.0
+	if cp := cfg.Projector.Latest(); cp != nil {
+		signed = float64(cp.Size)
+	}
+	gauge(descSigned, signed)
+	gauge(descCheckpointAt, seconds(now.Sub(cfg.Projector.LatestAt())))
+	verified, _ := cfg.AuditStatus()
+	gauge(descVerified, b2f(verified))
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	for _, name := range []string{streams.Requests, streams.Ops} {
+		s, err := cfg.JetStream.Stream(ctx, name)
+		if err != nil {
+			continue // readiness says JetStream is unreachable
+		}
+		st := s.CachedInfo().State
+		gauge(descLastSeq, float64(st.LastSeq), name)
+		gauge(descMessages, float64(st.Msgs), name)
+		if name == streams.Ops {
+			lag := uint64(0)
+			if applied := cfg.Projector.Applied(); applied < st.LastSeq {
+				lag = st.LastSeq - applied
+			}
+			gauge(descLag, float64(lag))
+		}
+	}
+	gauge(descReady, b2f(m.Ready(ctx).Ready))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

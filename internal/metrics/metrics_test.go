@@ -1,0 +1,147 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/metrics"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fixture is metrics over a real server and store, with a projector that
+// is never run: whatever is published to the ops stream stays unapplied.
+type fixture struct {
+	n       *testenv.NATS
+	m       *metrics.Metrics
+	audit   bool
+	stopped error
+}
+
+func newFixture(t *testing.T, maxLag uint64) *fixture {
+	t.Helper()
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	f := &fixture{n: n, audit: true}
+	f.m, err = metrics.New(metrics.Config{
+		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag,
+		AuditStatus: func() (bool, string) { return f.audit, "test" },
+		Running:     func() error { return f.stopped },
+		Timeout:     500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	return f
+}
+
+// publish appends n events to the ops stream (the projector is not
+// running, so they are all lag).
+func (f *fixture) publish(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		ev, err := events.NewEventRaw(events.TypeModeSet, "test", "", nuid.Next(), []byte(fmt.Sprintf(`{"i":%d}`, i)))
+		require.NoError(t, err)
+		_, err = f.n.JetStream.PublishMsg(context.Background(), events.Encode(events.ModeSubject("w"), ev))
+		require.NoError(t, err)
+	}
+}
+
+func failing(r metrics.Readiness) []string {
+	var out []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// Each readiness check fails on its own condition, and only then.
+func TestReadinessChecks(t *testing.T) {
+	f := newFixture(t, 3)
+	ctx := context.Background()
+	r := f.m.Ready(ctx)
+	assert.True(t, r.Ready, "%+v", r)
+
+	f.publish(t, 3)
+	assert.True(t, f.m.Ready(ctx).Ready, "a lag of 3 is within the bound")
+	f.publish(t, 1)
+	r = f.m.Ready(ctx)
+	assert.False(t, r.Ready)
+	assert.Equal(t, []string{metrics.CheckProjector}, failing(r))
+	assert.Contains(t, r.Checks[2].Detail, "lag 4, bound 3")
+
+	f.audit = false
+	assert.Equal(t, []string{metrics.CheckProjector, metrics.CheckAudit}, failing(f.m.Ready(ctx)))
+	f.stopped = errors.New("projector: boom")
+	assert.Equal(t, []string{metrics.CheckRunning, metrics.CheckProjector, metrics.CheckAudit}, failing(f.m.Ready(ctx)))
+	f.audit, f.stopped = true, nil
+
+	// JetStream gone: neither it nor the lag can be read.
+	f.n.Server.Shutdown()
+	f.n.Server.WaitForShutdown()
+	start := time.Now()
+	r = f.m.Ready(ctx)
+	assert.Less(t, time.Since(start), 5*time.Second, "bounded by the timeout")
+	assert.Equal(t, []string{metrics.CheckJetStream, metrics.CheckProjector}, failing(r))
+}
+
+// /readyz answers 503 with the checks when not ready, and /metrics still
+// answers (without the stream gauges) when JetStream does not.
+func TestHandlerWhenNotReady(t *testing.T) {
+	f := newFixture(t, 1)
+	f.publish(t, 2)
+	srv := httptest.NewServer(f.m.Handler())
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL + "/readyz")
+	require.NoError(t, err)
+	var r metrics.Readiness
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, []string{metrics.CheckProjector}, failing(r))
+
+	families, err := f.m.Registry().Gather()
+	require.NoError(t, err)
+	values := map[string]float64{}
+	for _, fam := range families {
+		if len(fam.GetMetric()) == 1 && fam.GetMetric()[0].GetGauge() != nil {
+			values[fam.GetName()] = fam.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	assert.Equal(t, 2.0, values[metrics.ProjectorLag])
+	assert.Equal(t, 0.0, values[metrics.Ready])
+
+	f.n.Server.Shutdown()
+	f.n.Server.WaitForShutdown()
+	resp, err = http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get(srv.URL + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// Config.Validate names what is missing.
+func TestConfigRequiresSources(t *testing.T) {
+	_, err := metrics.New(metrics.Config{})
+	require.Error(t, err)
+}

@@ -1,0 +1,55 @@
+// Package metrics is Airlock's Prometheus instrumentation and its health
+// endpoints: what serve --metrics exposes on /metrics, /healthz and /readyz.
+//
+// Every metric derived from op events is counted by the projector as it
+// applies them, after the batch that holds them is committed: the counts
+// are of the events this process applied since it started, from every
+// gate, executor and approver, wherever they run. Each Airlock process
+// runs its own projector over the whole stream, so in a deployment of
+// several processes take one instance's series (or max), never their sum.
+// Gauges that describe stored state (ops by state, pending holds) are read
+// from the projection at scrape time and survive restarts.
+package metrics
+
+// The metric families, by name. Histograms are named without their
+// _bucket, _sum and _count suffixes.
+const (
+	// Stored state, read at scrape time.
+	OpsByState     = "airlock_ops"                          // gauge {state}
+	HoldsPending   = "airlock_holds_pending"                // gauge
+	HoldOldestAge  = "airlock_hold_oldest_age_seconds"      // gauge
+	ProjectorLag   = "airlock_projector_lag_messages"       // gauge
+	ProjectorSeq   = "airlock_projector_applied_sequence"   // gauge
+	AuditLeaves    = "airlock_audit_log_leaves"             // gauge
+	AuditSigned    = "airlock_audit_checkpoint_leaves"      // gauge
+	AuditCheckAge  = "airlock_audit_checkpoint_age_seconds" // gauge
+	AuditVerified  = "airlock_audit_verified"               // gauge
+	Ready          = "airlock_ready"                        // gauge
+	StreamLastSeq  = "airlock_stream_last_sequence"         // gauge {stream}
+	StreamMessages = "airlock_stream_messages"              // gauge {stream}
+
+	// Counted by the projector as it applies events.
+	Events         = "airlock_events_total"               // counter {type}
+	Decisions      = "airlock_decisions_total"            // counter {outcome, code, rule}
+	Rejected       = "airlock_rejected_total"             // counter {code}
+	Executions     = "airlock_executions_total"           // counter {tool, outcome}
+	Anomalies      = "airlock_projector_anomalies_total"  // counter
+	HoldResolution = "airlock_hold_resolution_seconds"    // histogram {resolution}
+	GrantToExec    = "airlock_grant_to_execution_seconds" // histogram
+	ExecDuration   = "airlock_execution_duration_seconds" // histogram {tool, outcome}
+
+	// JetStream advisories about Airlock's streams and consumers.
+	Advisories    = "airlock_jetstream_advisories_total"     // counter {kind, stream}
+	MaxDeliveries = "airlock_jetstream_max_deliveries_total" // counter {stream, consumer}
+	Terminated    = "airlock_jetstream_terminated_total"     // counter {stream, consumer}
+)
+
+// Names lists every Airlock metric family, in a slice the caller owns.
+func Names() []string {
+	return []string{
+		OpsByState, HoldsPending, HoldOldestAge, ProjectorLag, ProjectorSeq,
+		AuditLeaves, AuditSigned, AuditCheckAge, AuditVerified, Ready, StreamLastSeq, StreamMessages,
+		Events, Decisions, Rejected, Executions, Anomalies, HoldResolution, GrantToExec, ExecDuration,
+		Advisories, MaxDeliveries, Terminated,
+	}
+}

@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,9 +50,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build airlock-tool-example:", err)
 		os.Exit(1)
 	}
+	flag.Parse()
+	if run := flag.Lookup("test.run").Value.String(); !testing.Short() && (run == "" || matches(run, "TestNATSCLI")) {
+		go func() { _, _ = natsCLI() }() // built while the other tests run
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// matches reports whether the -run pattern selects the test named.
+func matches(pattern, test string) bool {
+	re, err := regexp.Compile(strings.Split(pattern, "/")[0])
+	return err == nil && re.MatchString(test)
 }
 
 // freePort returns a loopback address with a port nothing listens on.

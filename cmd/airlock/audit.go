@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
@@ -113,8 +114,15 @@ index otherwise.`,
 				return err
 			}
 			defer done()
+			opts := audit.Options{Verifier: v, Trusted: trusted}
+			var bar *progress.Reporter // nil: not a terminal, or --json
+			if progress.Enabled(os.Stderr, asJSON) {
+				bar = progress.New(os.Stderr, "verify", 0)
+				opts.Progress = func(done, total int64) { bar.SetTotal(total); bar.Set(done) }
+			}
 			start := time.Now()
-			rep, err := audit.Verify(src, audit.Options{Verifier: v, Trusted: trusted, Progress: progress(cmd, asJSON)})
+			rep, err := audit.Verify(src, opts)
+			bar.Finish()
 			if err != nil {
 				return err
 			}
@@ -189,22 +197,6 @@ func printReport(w io.Writer, r *audit.Report, took time.Duration) {
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem:     %s\n", p)
-	}
-}
-
-// progress reports verification on stderr when it is a terminal.
-func progress(cmd *cobra.Command, quiet bool) func(done, total int64) {
-	fi, err := os.Stderr.Stat()
-	if quiet || err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return nil
-	}
-	start := time.Now()
-	return func(done, total int64) {
-		rate := float64(done) / time.Since(start).Seconds()
-		fmt.Fprintf(cmd.ErrOrStderr(), "\rverifying %d/%d leaves (%.0f/s)", done, total, rate)
-		if done >= total {
-			fmt.Fprintln(cmd.ErrOrStderr())
-		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/spf13/cobra"
 )
 
@@ -56,7 +57,12 @@ func newBench() *cobra.Command {
 					}
 				}()
 			}
+			var bars phaseBars
+			if progress.Enabled(os.Stderr, asJSON) {
+				cfg.Progress = bars.report
+			}
 			res, err := bench.Run(cmd.Context(), cfg)
+			bars.finish()
 			if err != nil {
 				return err
 			}
@@ -96,4 +102,31 @@ func newBench() *cobra.Command {
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
 	f.StringVar(&memprofile, "memprofile", "", "write an allocation profile to this file")
 	return cmd
+}
+
+// phaseBars draws a progress bar on stderr for each phase of a bench run,
+// one under the other; a bar ends when its phase has done its total, so
+// that its time is the phase's. bench.Config.Progress calls report one at
+// a time.
+type phaseBars struct {
+	phase string
+	bar   *progress.Reporter // nil once the phase's bar ended
+}
+
+func (b *phaseBars) report(phase string, done, total int64) {
+	if phase != b.phase {
+		b.bar.Finish()
+		b.phase = phase
+		b.bar = progress.New(os.Stderr, fmt.Sprintf("%-16s", phase), total)
+	}
+	b.bar.SetTotal(total)
+	b.bar.Set(done)
+	if total > 0 && done >= total {
+		b.finish()
+	}
+}
+
+func (b *phaseBars) finish() {
+	b.bar.Finish()
+	b.bar = nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -55,7 +56,7 @@ one instead.`,
 			if entries, err := os.ReadDir(into); err == nil && len(entries) > 0 {
 				return usageError("--into %s is not empty", into)
 			}
-			res, err := replay(cmd.Context(), g, into, newKey)
+			res, err := replay(cmd.Context(), g, into, newKey, progress.Enabled(os.Stderr, asJSON))
 			if err != nil {
 				return err
 			}
@@ -74,7 +75,13 @@ one instead.`,
 	return cmd
 }
 
-func replay(ctx context.Context, g *globals, into string, newKey bool) (*replayResult, error) {
+// replayPoll is how often replay reads how far the projector has got, for
+// its progress bar.
+const replayPoll = 100 * time.Millisecond
+
+// replay rebuilds into from the streams; with bar, it draws its progress
+// on stderr.
+func replay(ctx context.Context, g *globals, into string, newKey, bar bool) (*replayResult, error) {
 	if err := os.MkdirAll(into, 0o700); err != nil {
 		return nil, err
 	}
@@ -106,7 +113,8 @@ func replay(ctx context.Context, g *globals, into string, newKey bool) (*replayR
 	if err != nil {
 		return nil, fmt.Errorf("replay: %s: %w", streams.Ops, err)
 	}
-	target := stream.CachedInfo().State.LastSeq
+	state := stream.CachedInfo().State
+	target := state.LastSeq
 	start := time.Now()
 	p, err := projector.New(projector.Config{
 		JetStream: js, Store: st, AuditKey: key,
@@ -124,20 +132,39 @@ func replay(ctx context.Context, g *globals, into string, newKey bool) (*replayR
 	// WaitApplied ends with rctx: when Run fails, cancel it.
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- p.WaitApplied(rctx, target) }()
+	// The bar counts the messages applied since the stream's first,
+	// polled: the projector has no hook for it.
+	var pr *progress.Reporter // nil: no bar
+	base := state.FirstSeq - min(state.FirstSeq, 1)
+	applied := func() int64 { a := p.Applied(); return int64(a - min(a, base)) }
+	if bar {
+		pr = progress.New(os.Stderr, "replay", int64(target-base))
+	}
+	tick := time.NewTicker(replayPoll)
+	defer tick.Stop()
 	var err2 error
-	select {
-	case err2 = <-waitErr:
-		cancel()
-		if err := <-runErr; err != nil {
-			return nil, err
-		}
-	case err2 = <-runErr:
-		cancel()
-		<-waitErr
-		if err2 == nil {
-			err2 = errors.New("replay: the projector stopped before it caught up")
+wait:
+	for {
+		select {
+		case <-tick.C:
+			pr.Set(applied())
+		case err2 = <-waitErr:
+			cancel()
+			if err := <-runErr; err != nil {
+				err2 = err
+			}
+			break wait
+		case err2 = <-runErr:
+			cancel()
+			<-waitErr
+			if err2 == nil {
+				err2 = errors.New("replay: the projector stopped before it caught up")
+			}
+			break wait
 		}
 	}
+	pr.Set(applied())
+	pr.Finish()
 	if err2 != nil {
 		return nil, err2
 	}

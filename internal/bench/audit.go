@@ -26,6 +26,8 @@ func auditLog(cfg Config, res *Result) error {
 	defer st.Close()
 	const batch = 1024
 	at := time.Now()
+	m := cfg.track(PhaseAuditAppend, cfg.AuditLeaves)
+	defer m.end()
 	start := time.Now()
 	for i := 0; i < cfg.AuditLeaves; i += batch {
 		b := st.NewBatch()
@@ -46,12 +48,16 @@ func auditLog(cfg Config, res *Result) error {
 		if err := b.Commit(false); err != nil {
 			return err
 		}
+		m.set(int64(min(i+batch, cfg.AuditLeaves)))
 	}
 	took := time.Since(start)
+	m.end()
 	res.AuditLeaves = cfg.AuditLeaves
 	res.AuditAppendNS = float64(took.Nanoseconds()) / float64(cfg.AuditLeaves)
+	vm := cfg.track(PhaseAuditVerify, cfg.AuditLeaves)
+	defer vm.end()
 	start = time.Now()
-	rep, err := audit.Verify(st, audit.Options{Verifier: key.Verifier})
+	rep, err := audit.Verify(st, audit.Options{Verifier: key.Verifier, Progress: func(done, _ int64) { vm.set(done) }})
 	if err != nil {
 		return err
 	}
@@ -59,5 +65,6 @@ func auditLog(cfg Config, res *Result) error {
 		return fmt.Errorf("the benchmark's log does not verify: %v", rep.Problems)
 	}
 	res.AuditVerifyPerS = float64(rep.Leaves) / time.Since(start).Seconds()
+	vm.end()
 	return nil
 }

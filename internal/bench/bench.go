@@ -44,8 +44,13 @@ type Config struct {
 	// bare log and then verifies; default 1,000,000, -1 for none. The
 	// phase also runs the pipeline again without the log.
 	AuditLeaves int
-	// Progress, when set, is called after each completed op.
-	Progress func(done int)
+	// Progress, when set, is told how far each phase (the Phase
+	// constants, in the order they run) has got: with 0 done when it
+	// starts, about every 100ms while it runs and once when it ends (done
+	// is total unless it failed). The calls come from a goroutine of the
+	// run's own, one at a time; the phases' own goroutines only add to an
+	// atomic counter, so reporting does not slow them.
+	Progress func(phase string, done, total int64)
 
 	noLog bool // the pipeline keeps no audit log
 }
@@ -133,7 +138,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.AuditLeaves > 0 {
 		var nolog Result
 		nocfg := cfg
-		nocfg.Holds, nocfg.Execs, nocfg.noLog, nocfg.Progress = -1, -1, true, nil
+		nocfg.Holds, nocfg.Execs, nocfg.noLog = -1, -1, true
 		nocfg.Dir = filepath.Join(cfg.Dir, "nolog")
 		if _, _, err := pipeline(ctx, nocfg, &nolog); err != nil {
 			return res, fmt.Errorf("pipeline without the log: %w", err)
@@ -186,10 +191,16 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	defer c.Close()
 
 	lat := make([]time.Duration, cfg.Ops)
-	var next, done, completed atomic.Int64
+	var next, completed atomic.Int64
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
+	phase := PhasePipeline
+	if cfg.noLog {
+		phase = PhasePipelineNoLog
+	}
+	m := cfg.track(phase, cfg.Ops)
+	defer m.end()
 	start := time.Now()
 	for range cfg.Concurrency {
 		wg.Add(1)
@@ -214,14 +225,13 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 				if out.State == events.StateCompleted {
 					completed.Add(1)
 				}
-				if n := done.Add(1); cfg.Progress != nil {
-					cfg.Progress(int(n))
-				}
+				m.add(1)
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	m.end()
 	if firstErr != nil {
 		return 0, 0, firstErr
 	}
@@ -296,11 +306,15 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 	for i := range payload {
 		payload[i] = 'x'
 	}
+	// Done is what JetStream acknowledged: published less pending.
+	m := cfg.trackAdjusted(PhaseRaw, n, func(published int64) int64 { return published - int64(js.PublishAsyncPending()) })
+	defer m.end()
 	start := time.Now()
 	for i := range n {
 		if _, err := js.PublishAsync(fmt.Sprintf("bench.raw.%d", i%1024), payload, jetstream.WithStallWait(time.Minute)); err != nil {
 			return 0, err
 		}
+		m.add(1)
 	}
 	select {
 	case <-js.PublishAsyncComplete():
@@ -308,6 +322,7 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 		return 0, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	m.end()
 	if f := failed.Load(); f > 0 {
 		return 0, fmt.Errorf("%d of %d raw publishes failed", f, n)
 	}

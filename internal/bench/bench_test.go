@@ -14,8 +14,15 @@ import (
 func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Execs: 20, AuditLeaves: 3000, Dir: t.TempDir()})
+	var calls []progressCall // Progress is called one at a time
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Execs: 20, AuditLeaves: 3000, Dir: t.TempDir(),
+		Progress: func(phase string, done, total int64) { calls = append(calls, progressCall{phase, done, total}) }})
 	require.NoError(t, err)
+	assertProgress(t, calls, []progressCall{
+		{bench.PhasePipeline, 300, 300}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
+		{bench.PhaseRaw, 1200, 1200}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
+	})
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
 	assert.Equal(t, 4.0, res.MsgsPerOp) // request, decided, claimed, completed
@@ -37,4 +44,27 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.ExecOpsPerS, 0.0)
 	assert.Greater(t, res.ForkExecPerS, 0.0)
 	assert.InDelta(t, res.ForkExecPerS/res.ExecOpsPerS, res.ExecOverhead, 1e-9)
+}
+
+type progressCall struct {
+	phase       string
+	done, total int64
+}
+
+// assertProgress checks that each phase of want was reported in order,
+// starting at 0, never going back, and ending at want's count.
+func assertProgress(t *testing.T, calls, want []progressCall) {
+	t.Helper()
+	var got []progressCall // the last call of each phase
+	for i, c := range calls {
+		if i == 0 || calls[i-1].phase != c.phase {
+			assert.Zero(t, c.done, "%s starts at 0", c.phase)
+			got = append(got, c)
+			continue
+		}
+		assert.GreaterOrEqual(t, c.done, calls[i-1].done, "%s goes forward", c.phase)
+		assert.Equal(t, calls[i-1].total, c.total, "%s keeps its total", c.phase)
+		got[len(got)-1] = c
+	}
+	assert.Equal(t, want, got)
 }

@@ -49,7 +49,8 @@ func StartNATS(t testing.TB, sc streams.Config) *NATS {
 
 // StartApp starts a whole Airlock listening on a random local port, with
 // its data in cfg.DataDir (a temporary directory when empty); it shuts down
-// at the end of the test.
+// at the end of the test, after CheckEventSchemas has checked what it
+// stored.
 func StartApp(t testing.TB, cfg app.Config) *app.App {
 	t.Helper()
 	if cfg.DataDir == "" {
@@ -61,6 +62,8 @@ func StartApp(t testing.TB, cfg app.Config) *app.App {
 	a, err := app.Start(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
+		// Every event the test made the app store fits its schema.
+		checkAppEvents(t, a, cfg)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		require.NoError(t, a.Shutdown(ctx))

@@ -54,6 +54,15 @@ type Import struct {
 // each service instance.
 const ServiceExport = ">"
 
+// StreamExport is the one stream export of ServiceAccount, to
+// ClientAccount only. What ClientAccount receives of it is the stream
+// Imports: the agents' replies, and the op events, rejections and records
+// (watched live by approvers, operators and auditors). Never the
+// requests, which carry argument plaintext: nothing imports
+// airlock.v1.req.>. One export rather than one per import, like
+// ServiceExport: the imports, written beside it, say what crosses.
+const StreamExport = events.SubjectRoot + ".>"
+
 // Subjects of the imports and permissions.
 const (
 	inbox     = "_INBOX.>" // replies: nats.go request inboxes
@@ -91,7 +100,19 @@ func Imports() []Import {
 		// $JS.API.INFO itself. No client may publish it.
 		Import{Subject: jsAPI + "INFO", Why: "keeps the server from answering CLIENTS' JetStream API itself; no client may publish it"},
 		Import{Subject: replyAll, Stream: true, Why: "Airlock's answers to an agent's requests, on the request's Airlock-Reply-To"},
+		Import{Subject: events.OpSubjects, Stream: true, Why: "op events as they are appended, for watching (airlock watch); digests, never args or results"},
+		Import{Subject: events.RejectedSubjects, Stream: true, Why: "rejections of bad requests as they are recorded, for watching"},
+		Import{Subject: events.SysSubjects, Stream: true, Why: "mode controls and policy loads as they are recorded, for watching"},
 	)
+}
+
+// WatchSubjects are the stream Imports that approvers, operators and
+// auditors may subscribe to: every op event, rejection and record, live,
+// as Airlock appends them to AIRLOCK_OPS. None carries argument or output
+// plaintext. Agents may not: an agent sees its own replies only. The
+// caller owns the slice.
+func WatchSubjects() []string {
+	return []string{events.OpSubjects, events.RejectedSubjects, events.SysSubjects}
 }
 
 func streamInfo(stream string) string    { return jsAPI + "STREAM.INFO." + stream }

@@ -136,3 +136,44 @@ func TestReplyOnStreamSubjectStoresNothing(t *testing.T) {
 	_, err = os.GetLastMsgForSubject(ctx, events.ModeSubject("ws"))
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound)
 }
+
+// An answer a client aims, by its reply subject, at an op subject stays in
+// the clients account, where a watcher of the op events receives it. It
+// is never stored, and never looks like a live event: a responder's own
+// answer has no CloudEvents headers, and a direct get's copy of a stored
+// event carries the stream's headers, which an appended event never has.
+// airlock watch shows both as undecodable.
+func TestReplyOnOpSubjectReachesWatchersOnly(t *testing.T) {
+	e := start(t, nil)
+	e.appendDecided(t, "ws", opID)
+	e.respond(t, events.QueryOpSubject, `{"state":"denied"}`)
+	au := e.connect(t, "auditor")
+	watch, err := au.nc.SubscribeSync(events.OpSubjects)
+	require.NoError(t, err)
+	require.NoError(t, au.nc.Flush())
+
+	ag := e.connect(t, "agent")
+	forged := events.OpEventSubject("ws", opID, "echo", events.TypeCompleted)
+	require.NoError(t, ag.nc.PublishRequest(events.QueryOpSubject, forged, []byte(`{}`)))
+	require.NoError(t, ag.nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Ops, forged, []byte(`{"seq":1}`)))
+	require.NoError(t, ag.nc.Flush())
+	assert.Zero(t, ag.count())
+
+	// The two answers, in whichever order they come.
+	got := map[string]*nats.Msg{}
+	for range 2 {
+		m, err := watch.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, forged, m.Subject)
+		got[m.Header.Get(jetstream.StreamHeader)] = m
+	}
+	answer, stored := got[""], got[streams.Ops]
+	require.NotNil(t, answer, "the query service's answer")
+	require.NotNil(t, stored, "the direct get's copy, which says it is stored")
+	assert.Equal(t, `{"state":"denied"}`, string(answer.Data))
+	assert.Empty(t, answer.Header.Get(events.HeaderPrefix+"specversion"))
+	assert.Equal(t, string(events.TypeDecided), stored.Header.Get(events.HeaderPrefix+"type"))
+	_, err = watch.NextMsg(100 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout)
+	assert.Equal(t, uint64(1), e.msgs(t, streams.Ops), "nothing stored")
+}

@@ -16,10 +16,13 @@
 // The service principal and the streams live in the NATS account
 // [ServiceAccount]; every other principal lives in [ClientAccount], which
 // has no JetStream and reaches the service account only through [Imports]
-// of the one [ServiceExport] (and the stream of agents' replies). NATS
-// does not check the reply subject a client names, but a responder's
-// answer to a client goes back to the client account, where no stream is,
-// so no reply can put a message in a stream.
+// of the one [ServiceExport], and receives from it, through the one
+// [StreamExport], the agents' replies and, for approvers, operators and
+// auditors, the op events, rejections and records as they are appended
+// ([WatchSubjects]; never the requests). NATS does not check the reply
+// subject a client names, but a responder's answer to a client goes back
+// to the client account, where no stream is, so no reply can put a
+// message in a stream.
 //
 // # Identity in subjects
 //

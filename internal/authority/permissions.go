@@ -30,20 +30,26 @@ func Permissions(p Principal) *server.Permissions {
 		return perms(
 			join([]string{events.ResolveSubject("*", p.Name), queries, discovery}, readStreams()),
 			airlockWrites(resolveAll),
-			inbox)
+			watch(inbox)...)
 	case RoleOperator:
 		return perms(
 			join([]string{events.ControlSubject("*", p.Name), queries, discovery}, readStreams()),
 			airlockWrites(controlAll),
-			inbox)
+			watch(inbox)...)
 	case RoleAuditor:
 		return perms(
 			join([]string{queries, discovery}, readStreams()),
 			airlockWrites(""),
-			inbox)
+			watch(inbox)...)
 	}
 	// An unknown role may do nothing.
 	return perms(nil, []string{everything})
+}
+
+// watch is subs and the live op events, rejections and records
+// (WatchSubjects), which every role but the agent may subscribe to.
+func watch(subs ...string) []string {
+	return append(subs, WatchSubjects()...)
 }
 
 func perms(pubAllow, pubDeny []string, subAllow ...string) *server.Permissions {

@@ -26,11 +26,11 @@ func TestPermissionsInvariants(t *testing.T) {
 		{name: "agent", p: authority.Principal{Name: "ag2", Role: authority.RoleAgent},
 			own: "airlock.v1.req.*.ag2", subs: []string{"_INBOX.>", "airlock.v1.reply.ag2.>"}},
 		{name: "approver", p: authority.Principal{Name: "ap2", Role: authority.RoleApprover},
-			own: "airlock.v1.resolve.*.ap2", subs: []string{"_INBOX.>"}},
+			own: "airlock.v1.resolve.*.ap2", subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
 		{name: "operator", p: authority.Principal{Name: "op2", Role: authority.RoleOperator},
-			own: "airlock.v1.ctl.*.op2", subs: []string{"_INBOX.>"}},
+			own: "airlock.v1.ctl.*.op2", subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
 		{name: "auditor", p: authority.Principal{Name: "auditor", Role: authority.RoleAuditor},
-			subs: []string{"_INBOX.>"}},
+			subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, authority.ClientAccount, tc.p.Role.Account())
@@ -41,6 +41,14 @@ func TestPermissionsInvariants(t *testing.T) {
 			assert.NotContains(t, perms.Publish.Allow, ">")
 			assert.Equal(t, tc.subs, perms.Subscribe.Allow)
 			assert.Empty(t, perms.Subscribe.Deny)
+			// Whatever a client may subscribe to outside its inboxes
+			// arrives through a stream import, and is never a request.
+			for _, s := range perms.Subscribe.Allow {
+				if s != "_INBOX.>" {
+					assert.True(t, streamImported(s), "%s is not imported", s)
+				}
+				assert.False(t, server.SubjectsCollide(s, "airlock.v1.req.>"), "%s may see requests", s)
+			}
 			for _, s := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.reply.>"} {
 				assert.Contains(t, perms.Publish.Deny, s)
 			}
@@ -79,6 +87,15 @@ func imported(subject string) bool {
 	return false
 }
 
+func streamImported(subject string) bool {
+	for _, im := range authority.Imports() {
+		if im.Stream && server.SubjectMatchesFilter(subject, im.Subject) {
+			return true
+		}
+	}
+	return false
+}
+
 func TestImports(t *testing.T) {
 	seen := map[string]bool{}
 	var streams []string
@@ -87,16 +104,25 @@ func TestImports(t *testing.T) {
 		assert.False(t, seen[im.Subject], "%s imported twice", im.Subject)
 		seen[im.Subject] = true
 		assert.NotEmpty(t, im.Why)
-		// The one export covers every service import.
-		assert.True(t, im.Stream || server.SubjectMatchesFilter(im.Subject, authority.ServiceExport))
+		// The one service export covers every service import, the one
+		// stream export every stream import.
 		if im.Stream {
+			assert.True(t, server.SubjectMatchesFilter(im.Subject, authority.StreamExport), im.Subject)
 			streams = append(streams, im.Subject)
+		} else {
+			assert.True(t, server.SubjectMatchesFilter(im.Subject, authority.ServiceExport), im.Subject)
 		}
 	}
-	assert.Equal(t, []string{"airlock.v1.reply.>"}, streams)
-	// Nothing that writes to a stream other than the requests, and no
-	// JetStream API but reads.
-	for s := range seen {
+	assert.Equal(t, []string{"airlock.v1.reply.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}, streams)
+	assert.Equal(t, streams[1:], authority.WatchSubjects())
+	// No service import writes to a stream other than the requests, and
+	// no JetStream API but reads; no stream import carries requests.
+	for _, im := range authority.Imports() {
+		s := im.Subject
+		if im.Stream {
+			assert.False(t, server.SubjectsCollide(s, "airlock.v1.req.>"), "%s streams requests", s)
+			continue
+		}
 		for _, stored := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"} {
 			assert.False(t, server.SubjectsCollide(s, stored), "%s reaches %s", s, stored)
 		}

@@ -408,3 +408,76 @@ func TestAuditorReadsWritesNothing(t *testing.T) {
 	assert.Equal(t, uint64(1), e.msgs(t, streams.Ops))
 	assert.Equal(t, uint64(1), e.msgs(t, streams.Requests))
 }
+
+// Approvers, operators and auditors may watch the op events, rejections
+// and records live, through the stream imports; agents may not: an agent
+// sees its own replies only. Nothing a watcher receives is stored again.
+func TestWatchersSeeEventsLiveAgentsDoNot(t *testing.T) {
+	e := start(t, nil)
+	ctx := context.Background()
+	ag := e.connect(t, "agent")
+	for _, s := range []string{"airlock.v1.op.>", "airlock.v1.op.ws.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.sys.mode.ws"} {
+		ag.subRefused(t, s)
+	}
+	// Its allowed subscriptions see none of it.
+	agInbox, err := ag.nc.SubscribeSync("_INBOX.>")
+	require.NoError(t, err)
+	agReplies, err := ag.nc.SubscribeSync(events.ReplyPrefix("agent") + ">")
+	require.NoError(t, err)
+	require.NoError(t, ag.nc.Flush())
+
+	published := []string{
+		events.OpEventSubject("ws", opID, "echo", events.TypeDecided),
+		events.RejectedSubject("ws"),
+		events.ModeSubject("ws"),
+	}
+	type watcher struct {
+		c          *client
+		subs       []*nats.Subscription // one per published subject
+		violations int                  // the refusals above
+	}
+	var watchers []watcher
+	for _, name := range []string{"approver", "operator", "auditor"} {
+		c := e.connect(t, name)
+		// Never the requests, which carry args, nor anyone's replies.
+		for _, s := range []string{"airlock.v1.>", "airlock.v1.req.>", "airlock.v1.req.ws.agent", "airlock.v1.reply.>"} {
+			c.subRefused(t, s)
+		}
+		before := c.count()
+		w := watcher{c: c, violations: before}
+		for _, s := range authority.WatchSubjects() {
+			sub, err := c.nc.SubscribeSync(s)
+			require.NoError(t, err)
+			w.subs = append(w.subs, sub)
+		}
+		require.NoError(t, c.nc.Flush())
+		assert.Equal(t, before, c.count(), "%s may watch", name)
+		watchers = append(watchers, w)
+	}
+
+	// The service appends an op event, a rejection and a mode record.
+	e.appendDecided(t, "ws", opID)
+	for _, subject := range published[1:] {
+		_, err := e.js.Publish(ctx, subject, []byte(`{}`))
+		require.NoError(t, err)
+	}
+	for _, w := range watchers {
+		for i, sub := range w.subs {
+			m, err := sub.NextMsg(5 * time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, published[i], m.Subject)
+			// Live, as appended: not a stored copy with stream headers.
+			assert.Empty(t, m.Header.Get(jetstream.StreamHeader))
+			_, err = sub.NextMsg(50 * time.Millisecond)
+			assert.ErrorIs(t, err, nats.ErrTimeout, "exactly one")
+		}
+		assert.Equal(t, w.violations, w.c.count())
+	}
+	// The clients account stores nothing: the stream holds what the
+	// service appended, once.
+	assert.Equal(t, uint64(3), e.msgs(t, streams.Ops))
+	for _, sub := range []*nats.Subscription{agInbox, agReplies} {
+		_, err := sub.NextMsg(200 * time.Millisecond)
+		assert.ErrorIs(t, err, nats.ErrTimeout)
+	}
+}

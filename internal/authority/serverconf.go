@@ -30,11 +30,9 @@ func (s *Set) ServerConfig() string {
 	b.WriteString("      # Every service import of " + ClientAccount + ", through one export: a reply\n" +
 		"      # that would pass through it twice is dropped (authority.ServiceExport).\n")
 	fmt.Fprintf(&b, "      { service: %q, accounts: [%s], response_type: stream }\n", ServiceExport, ClientAccount)
-	for _, im := range Imports() {
-		if im.Stream {
-			fmt.Fprintf(&b, "      # %s\n      { stream: %q, accounts: [%s] }\n", im.Why, im.Subject, ClientAccount)
-		}
-	}
+	b.WriteString("      # Every stream import of " + ClientAccount + ", through one export: its\n" +
+		"      # imports say what crosses, never the requests (authority.StreamExport).\n")
+	fmt.Fprintf(&b, "      { stream: %q, accounts: [%s] }\n", StreamExport, ClientAccount)
 	b.WriteString("    ]\n  }\n")
 	fmt.Fprintf(&b, "  # Agents, approvers, operators and auditors. No JetStream: a message\n"+
 		"  # published here is never stored.\n  %s {\n", ClientAccount)

@@ -103,10 +103,13 @@ func TestServerConfigText(t *testing.T) {
 		"accounts {",
 		"  AIRLOCK {\n    jetstream: enabled\n",
 		`{ service: ">", accounts: [CLIENTS], response_type: stream }`,
-		`{ stream: "airlock.v1.reply.>", accounts: [CLIENTS] }`,
+		`{ stream: "airlock.v1.>", accounts: [CLIENTS] }`,
 		`{ service: { account: AIRLOCK, subject: "airlock.v1.req.>" } }`,
 		`{ service: { account: AIRLOCK, subject: "$JS.API.DIRECT.GET.AIRLOCK_OPS.>" } }`,
 		`{ stream: { account: AIRLOCK, subject: "airlock.v1.reply.>" } }`,
+		`{ stream: { account: AIRLOCK, subject: "airlock.v1.op.>" } }`,
+		`{ stream: { account: AIRLOCK, subject: "airlock.v1.rejected.>" } }`,
+		`{ stream: { account: AIRLOCK, subject: "airlock.v1.sys.>" } }`,
 		"# agent (agent)\n",
 	} {
 		assert.Contains(t, conf, want)

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+const watchPolicy = `# review holds every class but read for an approver
+tools:
+  echo: read
+  count: write
+default_mode: auto
+workspaces:
+  review:
+    mode: confirm
+hold_ttl: 10m
+`
+
+// watchProc is one `airlock watch` subprocess, its stdout a pipe.
+type watchProc struct {
+	cmd    *exec.Cmd
+	stdout *lockedBuffer
+	stderr *lockedBuffer
+	done   chan struct{}
+}
+
+// startWatch runs airlock watch against srv and waits until it says it
+// is watching.
+func startWatch(t *testing.T, srv *server, args ...string) *watchProc {
+	t.Helper()
+	w := &watchProc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	w.cmd = exec.Command(binary, append([]string{"watch", "--server=" + srv.url, "--data=" + srv.dir}, args...)...)
+	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
+	require.NoError(t, w.cmd.Start())
+	go func() {
+		_ = w.cmd.Wait()
+		close(w.done)
+	}()
+	t.Cleanup(func() {
+		_ = w.cmd.Process.Kill()
+		<-w.done
+	})
+	require.Eventually(t, func() bool {
+		select {
+		case <-w.done:
+			t.Fatalf("airlock watch %v exited: %s", args, w.stderr.String())
+		default:
+		}
+		return strings.Contains(w.stderr.String(), "watching ")
+	}, 30*time.Second, 10*time.Millisecond, "airlock watch did not start")
+	return w
+}
+
+// lines waits until w has printed n lines and returns them.
+func (w *watchProc) lines(t *testing.T, n int) []string {
+	t.Helper()
+	var got []string
+	require.Eventually(t, func() bool {
+		got = strings.Split(strings.TrimSuffix(w.stdout.String(), "\n"), "\n")
+		if got[0] == "" {
+			got = nil
+		}
+		return len(got) >= n
+	}, 30*time.Second, 10*time.Millisecond, "want %d lines, have:\n%s", n, w.stdout.String())
+	require.Len(t, got, n, "no more than %d lines", n)
+	return got
+}
+
+// stop interrupts w as Ctrl-C does and returns its exit code.
+func (w *watchProc) stop(t *testing.T) int {
+	t.Helper()
+	require.NoError(t, w.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("airlock watch did not stop on SIGINT")
+	}
+	return w.cmd.ProcessState.ExitCode()
+}
+
+// What changes from run to run: times, attempt ids, durations, the
+// policy file's path. JSON stays JSON.
+var runSpecific = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`), "YYYY-MM-DDThh:mm:ss.sssZ"},
+	{regexp.MustCompile(`attempt=\S+`), "attempt=ATTEMPT"},
+	{regexp.MustCompile(`"attempt":"[^"]*"`), `"attempt":"ATTEMPT"`},
+	{regexp.MustCompile(`duration=\S+`), "duration=DURATION"},
+	{regexp.MustCompile(`"duration_ms":\d+`), `"duration_ms":0`},
+	{regexp.MustCompile(`source=\S+`), "source=POLICY_FILE"},
+	{regexp.MustCompile(`"source":"[^"]*"`), `"source":"POLICY_FILE"`},
+}
+
+func normalise(s string) string {
+	for _, r := range runSpecific {
+		s = r.re.ReplaceAllString(s, r.with)
+	}
+	return s
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run with -update to create it")
+	assert.Equal(t, string(want), got)
+}
+
+// A scripted run against a real Airlock: an auto-allowed op, a held op
+// that is granted and runs, a denied op, a held op an approver denies, a
+// rejected request, a message on an op subject that is not an event, a
+// lockdown and a policy reload, as three watchers print them: every
+// workspace as lines and as JSON, and one workspace.
+func TestWatchGolden(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	pol := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(pol, []byte(watchPolicy), 0o600))
+	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + t.TempDir()}, "--policy", pol)
+
+	all := startWatch(t, srv)
+	asJSON := startWatch(t, srv, "--json")
+	review := startWatch(t, srv, "--ws", "review")
+	assert.Contains(t, review.stderr.String(), "watching airlock.v1.op.review.>, airlock.v1.rejected.review, airlock.v1.sys.mode.review, airlock.v1.sys.policy on nats://")
+	assert.Contains(t, all.stderr.String(), " as auditor ")
+	n := 0
+	step := func(events int) {
+		t.Helper()
+		n += events
+		all.lines(t, n)
+	}
+	submit := func(ws, tool, args string, wantCode int) string {
+		t.Helper()
+		out, _, code := srv.run(t, "submit", "--ws", ws, "--tool", tool, "--args", args, "--json")
+		require.Equal(t, wantCode, code, out)
+		var got struct {
+			OpID string `json:"op_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		return got.OpID
+	}
+	resolve := func(verb, opID, reason string) {
+		t.Helper()
+		// The projection shows the hold a moment after the event.
+		require.Eventually(t, func() bool {
+			_, _, code := srv.run(t, "holds", verb, events.HoldID(opID), "--reason", reason)
+			return code == 0
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+
+	submit("demo", "echo", `{"n":1}`, 0) // decided, claimed, completed
+	step(3)
+	granted := submit("review", "count", `{"f":1}`, 3) // held
+	step(1)
+	resolve("grant", granted, "reviewed") // granted, decided, claimed, completed
+	step(4)
+	submit("demo", "format_disk", `{}`, 4) // denied
+	step(1)
+	denied := submit("review", "count", `{"f":2}`, 3) // held
+	step(1)
+	resolve("deny", denied, "too big") // denied
+	step(1)
+	// A request that is not a CloudEvent: rejected.
+	agent := srv.connect(t, "agent")
+	require.NoError(t, agent.Publish(events.RequestSubject("demo", "agent"), []byte("not an event")))
+	require.NoError(t, agent.Flush())
+	step(1)
+	// Something that is not an event on an op subject: shown, and the
+	// watch goes on.
+	svc := srv.connect(t, authority.ServiceName)
+	require.NoError(t, svc.Publish(events.OpEventSubject("demo", "op_00000000000000000000000000000000", "echo", events.TypeCompleted), []byte("not an event")))
+	require.NoError(t, svc.Flush())
+	step(1)
+	out, _, code := srv.run(t, "ctl", "mode", "demo", "locked", "--reason", "incident 42") // mode.set
+	require.Equal(t, 0, code, out)
+	step(1)
+	require.NoError(t, os.WriteFile(pol, []byte(strings.Replace(watchPolicy, "hold_ttl: 10m", "hold_ttl: 20m", 1)), 0o600))
+	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGHUP)) // policy.loaded
+	step(1)
+
+	lines := all.lines(t, n)
+	jsonLines := asJSON.lines(t, n)
+	// One workspace: its op events, and the policy load, which holds for
+	// every workspace; the same lines as the full watch's.
+	var want []string
+	for _, l := range lines {
+		if f := strings.Fields(l); f[1] == "review" || f[4] == "policy.loaded" {
+			want = append(want, l)
+		}
+	}
+	require.Len(t, want, 8)
+	reviewLines := review.lines(t, len(want))
+	for _, w := range []*watchProc{all, asJSON, review} {
+		assert.Equal(t, 0, w.stop(t), "Ctrl-C is a clean exit")
+		assert.NotContains(t, w.stderr.String(), "airlock:", "no errors, nothing dropped")
+	}
+	assert.Equal(t, normalise(strings.Join(want, "\n")), normalise(strings.Join(reviewLines, "\n")))
+
+	got := normalise(strings.Join(lines, "\n") + "\n")
+	golden(t, "watch.golden", got)
+	golden(t, "watch-json.golden", normalise(strings.Join(jsonLines, "\n")+"\n"))
+	assert.Equal(t, 1, strings.Count(got, " undecodable "))
+	assert.Equal(t, 1, strings.Count(got, " rejected "))
+	for _, l := range jsonLines {
+		var e map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
+		for _, k := range []string{"time", "event", "subject"} {
+			assert.Contains(t, e, k, l)
+		}
+	}
+	// Never the args: the events carry digests only.
+	for _, arg := range []string{`"f"`, `"n"`, `{"n":1}`} {
+		assert.NotContains(t, got, arg)
+		assert.NotContains(t, strings.Join(jsonLines, "\n"), arg)
+	}
+}
+
+// An agent may not watch: the server refuses its subscriptions and watch
+// says so. A bad workspace is a usage error.
+func TestWatchRefusedAndUsage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	srv := startServer(t, t.TempDir(), freePort(t), nil)
+	_, stderr, code := srv.run(t, "watch", "--creds", filepath.Join(srv.dir, authority.CredsDir, "agent"+authority.CredsExt))
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "watching needs an approver, operator or auditor credential")
+	for _, args := range [][]string{{"watch", "--ws", "BAD"}, {"watch", "extra"}, {"watch", "--frobnicate"}} {
+		_, stderr, code := srv.run(t, args...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+	}
+	_, stderr, code = run(t, "watch", "--server=nats://"+freePort(t))
+	assert.Equal(t, 1, code, stderr)
+}

@@ -89,6 +89,38 @@ func (s *server) nats(t *testing.T, ctx context.Context, principal string, args 
 	return out.String(), err
 }
 
+// natsSub starts `nats sub` as the principal named, waits until it says it
+// subscribed, and returns a function that waits for it to end (after
+// --count messages) and returns its output.
+func (s *server) natsSub(t *testing.T, ctx context.Context, principal string, args ...string) func() string {
+	t.Helper()
+	bin, err := natsCLI()
+	require.NoError(t, err)
+	creds := filepath.Join(s.dir, authority.CredsDir, principal+authority.CredsExt)
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--server", s.url, "--nkey", creds, "--no-context", "sub"}, args...)...)
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "HOME="+t.TempDir())
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Subscribing on") }, 20*time.Second, 10*time.Millisecond)
+	// The CLI says so once its SUB is written; a round trip later the
+	// server has it.
+	time.Sleep(200 * time.Millisecond)
+	return func() string {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatalf("nats sub %v did not end: %s", args, out.String())
+		}
+		return out.String()
+	}
+}
+
 // TestNATSCLI drives the real nats CLI against airlock serve: the stream
 // report lists Airlock's streams with their messages, a subscription to
 // airlock.v1.> shows the CloudEvent headers of a request and its op's
@@ -104,40 +136,13 @@ func TestNATSCLI(t *testing.T) {
 	defer cancel()
 
 	// A subscription running while one op goes through: the request and
-	// its four op events, decided, claimed, completed.
-	sub := make(chan string, 1)
+	// its three op events, decided, claimed, completed.
 	subCtx, subCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer subCancel()
-	started := make(chan struct{})
-	go func() {
-		bin, _ := natsCLI()
-		creds := filepath.Join(s.dir, authority.CredsDir, authority.ServiceName+authority.CredsExt)
-		cmd := exec.CommandContext(subCtx, bin, "--server", s.url, "--nkey", creds, "--no-context", "sub", "airlock.v1.>", "--count", "4")
-		cmd.Env = append(os.Environ(), "NO_COLOR=1", "HOME="+t.TempDir())
-		var out lockedBuffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			sub <- err.Error()
-			close(started)
-			return
-		}
-		for !strings.Contains(out.String(), "Subscribing on") && subCtx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		close(started)
-		_ = cmd.Wait()
-		sub <- out.String()
-	}()
-	<-started
-	time.Sleep(200 * time.Millisecond) // the subscription reaches the server
+	wait := s.natsSub(t, subCtx, authority.ServiceName, "airlock.v1.>", "--count", "4")
 	stdout, stderr, code := s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, exitOK, code, stderr)
-	var got string
-	select {
-	case got = <-sub:
-	case <-ctx.Done():
-		t.Fatal("nats sub did not end")
-	}
+	got := wait()
 	var submitted struct {
 		OpID string `json:"op_id"`
 	}
@@ -182,6 +187,19 @@ func TestNATSCLI(t *testing.T) {
 	for _, want := range []string{"Airlock op queries over the projection", "airlock.v1.q.op", "airlock.v1.q.ops", "airlock.v1.q.audit.proof"} {
 		assert.Contains(t, out, want)
 	}
+
+	// An auditor watches op events live (never requests: their args are
+	// not for it).
+	wait = s.natsSub(t, subCtx, "auditor", "airlock.v1.op.>", "--count", "3")
+	_, stderr, code = s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":2}`)
+	require.Equal(t, exitOK, code, stderr)
+	got = wait()
+	assert.Contains(t, got, "ce-type: dev.airlock.op.decided.v1")
+	assert.Contains(t, got, "ce-type: dev.airlock.op.completed.v1")
+	assert.NotContains(t, got, "airlock.v1.req.")
+	out, err = s.nats(t, ctx, "auditor", "sub", "airlock.v1.req.>", "--count", "1", "--timeout", "2s")
+	assert.Error(t, err, out)
+	assert.Contains(t, out, "Permissions Violation")
 
 	// A role without JetStream cannot read the stream report.
 	out, err = s.nats(t, ctx, "agent", "stream", "report")

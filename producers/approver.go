@@ -89,10 +89,12 @@ func (a *Approver) Args(ctx context.Context, op *events.Op) (args json.RawMessag
 // ListHolds lists the pending holds, of one workspace or of all when ws is "",
 // oldest first.
 func (a *Approver) ListHolds(ctx context.Context, ws string) ([]*events.Op, error) {
-	return pendingHolds(ctx, a.q, ws)
+	return a.q.ListHolds(ctx, ws)
 }
 
-func pendingHolds(ctx context.Context, c *Client, ws string) ([]*events.Op, error) {
+// ListHolds lists the pending holds, of one workspace or of all when ws is
+// "", oldest first, reading every page of the query service's answer.
+func (c *Client) ListHolds(ctx context.Context, ws string) ([]*events.Op, error) {
 	var out []*events.Op
 	q := events.ListQuery{State: string(events.StateHeld), Workspace: ws, Limit: events.MaxPage}
 	for {

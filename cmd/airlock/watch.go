@@ -215,7 +215,7 @@ func (w *watcher) table(ctx context.Context, f *os.File) error {
 	listHolds := func() {
 		lctx, cancel := context.WithTimeout(ctx, holdsTimeout)
 		defer cancel()
-		ops, err := pendingHolds(lctx, c, w.ws)
+		ops, err := c.ListHolds(lctx, w.ws)
 		if ctx.Err() == nil {
 			tbl.SetHolds(ops, err)
 		}
@@ -261,20 +261,3 @@ func (w *watcher) table(ctx context.Context, f *os.File) error {
 	}
 }
 
-// pendingHolds lists the held ops of workspace ws (all when ""), oldest
-// first.
-func pendingHolds(ctx context.Context, c *producers.Client, ws string) ([]*events.Op, error) {
-	var out []*events.Op
-	q := events.ListQuery{State: string(events.StateHeld), Workspace: ws, Limit: events.MaxPage}
-	for {
-		page, err := c.List(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.Ops...)
-		if page.Next == "" {
-			return out, nil
-		}
-		q.Cursor = page.Next
-	}
-}

@@ -260,4 +260,3 @@ func (w *watcher) table(ctx context.Context, f *os.File) error {
 		}
 	}
 }
-

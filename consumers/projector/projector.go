@@ -298,8 +298,10 @@ func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64) er
 		p.pending = p.pending[:0]
 		return fmt.Errorf("projector: commit: %w", err)
 	}
-	p.committed(b)
+	// The counts first: whoever sees the applied sequence move (a scrape
+	// that finds no lag, WaitApplied) then sees them too.
 	p.flushObserved()
+	p.committed(b)
 	if cp == nil {
 		failpoint.Hit(failpoint.AuditAfterCommit, "")
 		return nil

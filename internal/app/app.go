@@ -151,8 +151,9 @@ type App struct {
 	cancel context.CancelFunc
 	group  *errgroup.Group
 	svc    interface{ Stop() error }
-	http   *http.Server
-	httpLn net.Listener
+	http     *http.Server
+	httpLn   net.Listener
+	httpDone chan struct{}
 	done   chan struct{}
 	err    error
 }
@@ -191,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 
 // start brings the parts up; on error the caller closes what it opened.
 func (a *App) start(ctx context.Context, cfg Config) (err error) {
-	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1)}, cfg.NATSOptions...)
+	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1), nats.ErrorHandler(asyncErrors(cfg.Logger))}, cfg.NATSOptions...)
 	var authFile string
 	if cfg.Auth {
 		if a.Authority, err = authority.Ensure(cfg.DataDir); err != nil {
@@ -325,18 +326,15 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
 	if a.http != nil {
-		grp.Go(func() error {
+		// Outside the group: /readyz keeps answering (not ready) when a
+		// part stops, until Shutdown.
+		a.httpDone = make(chan struct{})
+		go func() {
+			defer close(a.httpDone)
 			if err := a.http.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
-				return named("metrics", err)
+				cfg.Logger.Error("metrics server stopped", "err", err)
 			}
-			return nil
-		})
-		grp.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return named("metrics", a.http.Shutdown(sctx))
-		})
+		}()
 	}
 	go func() {
 		a.err = grp.Wait()
@@ -351,6 +349,19 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "tools", reg.Tools())
 	return nil
+}
+
+// asyncErrors logs what the connection reports out of band: a
+// subscription too slow for its messages (they are dropped), a permission
+// refused.
+func asyncErrors(l *slog.Logger) nats.ErrHandler {
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if sub != nil {
+			l.Warn("nats: asynchronous error", "subject", sub.Subject, "err", err)
+			return
+		}
+		l.Warn("nats: asynchronous error", "err", err)
+	}
 }
 
 // running says whether every part still runs (readiness).
@@ -480,8 +491,20 @@ func (a *App) close() {
 		_ = a.svc.Stop()
 		a.svc = nil
 	}
-	if a.httpLn != nil && a.cancel == nil {
+	switch {
+	case a.httpDone != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.http.Shutdown(ctx); err != nil {
+			_ = a.http.Close()
+		}
+		cancel()
+		<-a.httpDone
+		a.httpDone = nil
+	case a.httpLn != nil:
 		_ = a.httpLn.Close() // never served: start failed
+	}
+	if a.Metrics != nil {
+		a.Metrics.Close() // waits for scrapes reading the store
 	}
 	if a.Conn != nil {
 		a.Conn.Close()

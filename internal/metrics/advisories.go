@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -14,9 +15,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// deletedUnacked is the reason of the terminated advisory JetStream sends
-// when a message is deleted while a consumer waits for its ack.
-const deletedUnacked = "Unacknowledged message was deleted"
+// Reasons of the terminated advisories JetStream sends for a message
+// deleted while a consumer waits for its ack: deletedUnacked at the
+// delete, deletedLimits when the consumer finds it gone later (after a
+// leader change, say), which is also what a stream's limits cause.
+const (
+	deletedUnacked = "Unacknowledged message was deleted"
+	deletedLimits  = "Message deleted by stream limits"
+)
+
+// erased reports whether a terminated advisory is the gate's erasure of a
+// request (ADR 0010) rather than a message given up on. AIRLOCK_REQUESTS
+// has no limits that delete messages (its requests leave it only by
+// erasure), so there both reasons are erasures.
+func erased(stream, reason string) bool {
+	return reason == deletedUnacked || (stream == streams.Requests && reason == deletedLimits)
+}
+
+// lookupTimeout bounds the lookup of the op an advisory is about.
+const lookupTimeout = 500 * time.Millisecond
 
 // MaxAdvisoryBacklog bounds the advisories waiting to be handled; beyond
 // it the subscription drops them (NATS slow-consumer handling) and the
@@ -86,8 +103,11 @@ func (a *advisories) run(ctx context.Context) error {
 		}
 		subs = append(subs, s)
 	}
+	// Advisories are for watching: a connection slow to confirm the
+	// subscriptions must not stop the process. They take effect once it
+	// reconnects or catches up.
 	if err := nc.FlushTimeout(a.cfg.Timeout); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("metrics: advisories: %w", err)
+		a.cfg.Logger.Warn("advisory subscriptions not confirmed yet", "err", err)
 	}
 	for {
 		select {
@@ -127,10 +147,10 @@ func (a *advisories) handle(ctx context.Context, m *nats.Msg) {
 	}
 	counter, what := a.maxDeliver, "message reached its consumer's maximum deliveries; it will not be delivered again"
 	if kind == "consumer_msg_terminated" {
-		if adv.Reason == deletedUnacked {
+		if erased(adv.Stream, adv.Reason) {
 			// The gate erases a request before it acks it; a message
 			// deleted while it waits for its ack is not one given up on.
-			a.cfg.Logger.Debug("unacknowledged message deleted", "stream", adv.Stream, "consumer", adv.Consumer, "seq", adv.StreamSeq)
+			a.cfg.Logger.Debug("unacknowledged message deleted", "stream", adv.Stream, "consumer", adv.Consumer, "seq", adv.StreamSeq, "reason", adv.Reason)
 			return
 		}
 		counter, what = a.terminated, "message terminated by its consumer; it will not be delivered again"
@@ -145,7 +165,8 @@ func (a *advisories) handle(ctx context.Context, m *nats.Msg) {
 // op event, from the Nats-Msg-Id (the request fingerprint) of a request.
 // Empty when the message is gone (a scrubbed request) or names none.
 func (a *advisories) opOf(ctx context.Context, stream string, seq uint64) (ws, op, subject string) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	// Best effort, on the advisories' own goroutine: short.
+	ctx, cancel := context.WithTimeout(ctx, min(a.cfg.Timeout, lookupTimeout))
 	defer cancel()
 	s, err := a.cfg.JetStream.Stream(ctx, stream)
 	if err != nil {

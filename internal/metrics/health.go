@@ -34,6 +34,14 @@ const (
 // runs, JetStream answers, the projector is at most MaxLag messages behind
 // the ops stream, and the audit log verified at start.
 func (m *Metrics) Ready(ctx context.Context) Readiness {
+	if !m.open() {
+		return Readiness{Checks: []Check{{Name: CheckRunning, Detail: "shutting down"}}}
+	}
+	defer m.mu.RUnlock()
+	return m.ready(ctx)
+}
+
+func (m *Metrics) ready(ctx context.Context) Readiness {
 	var r Readiness
 	add := func(name string, ok bool, detail string) {
 		r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: detail})
@@ -46,10 +54,17 @@ func (m *Metrics) Ready(ctx context.Context) Readiness {
 		add(CheckRunning, true, "")
 	}
 	last, lag, err := m.ProjectorLag(ctx)
-	if err != nil {
+	switch applied := m.cfg.Projector.Applied(); {
+	case err != nil:
 		add(CheckJetStream, false, err.Error())
 		add(CheckProjector, false, "lag unknown: JetStream did not answer")
-	} else {
+	case applied > last:
+		// The stream lost its tail (a power loss without --fsync always,
+		// a restored backup): the projection holds what it no longer
+		// does, and the next events would be taken for ones applied.
+		add(CheckJetStream, true, "")
+		add(CheckProjector, false, fmt.Sprintf("applied %d is beyond the stream's last sequence %d: the stream lost messages the projection holds (see docs/operations.md)", applied, last))
+	default:
 		add(CheckJetStream, true, "")
 		detail := fmt.Sprintf("applied %d of %d (lag %d, bound %d)", last-lag, last, lag, m.cfg.MaxLag)
 		add(CheckProjector, lag <= m.cfg.MaxLag, detail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/projector"
@@ -77,6 +78,11 @@ type Metrics struct {
 	reg *prometheus.Registry
 	adv *advisories
 
+	// mu guards closed: scrapes and readiness checks read the store under
+	// its read lock, and Close waits for them before the store closes.
+	mu     sync.RWMutex
+	closed bool
+
 	anomalies prometheus.CounterFunc
 }
 
@@ -99,6 +105,26 @@ func New(cfg Config) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// Close makes every later scrape and readiness check read nothing of the
+// store or the projector, once those in flight have ended: call it before
+// closing the store. It is idempotent.
+func (m *Metrics) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+}
+
+// open takes the read lock and reports whether the sources may be read;
+// the caller unlocks with m.mu.RUnlock when it is true.
+func (m *Metrics) open() bool {
+	m.mu.RLock()
+	if m.closed {
+		m.mu.RUnlock()
+		return false
+	}
+	return true
 }
 
 // Registry is where the metrics are registered; Gather it to read them.
@@ -151,6 +177,10 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	m := c.m
+	if !m.open() {
+		return
+	}
+	defer m.mu.RUnlock()
 	cfg := m.cfg
 	now := cfg.Clock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
@@ -199,7 +229,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descLag, float64(lag))
 		}
 	}
-	gauge(descReady, b2f(m.Ready(ctx).Ready))
+	gauge(descReady, b2f(m.ready(ctx).Ready))
 }
 
 func b2f(b bool) float64 {

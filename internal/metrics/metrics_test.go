@@ -31,11 +31,22 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, maxLag uint64) *fixture {
+	return newFixtureApplied(t, maxLag, 0)
+}
+
+// newFixtureApplied starts from a projection that applied the stream up to
+// seq.
+func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 	t.Helper()
 	n := testenv.StartNATS(t, streams.Config{})
 	st, err := store.Open(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
+	if seq > 0 {
+		b := st.NewBatch()
+		b.SetApplied(seq)
+		require.NoError(t, b.Commit(true))
+	}
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st})
 	require.NoError(t, err)
 	f := &fixture{n: n, audit: true}
@@ -99,6 +110,33 @@ func TestReadinessChecks(t *testing.T) {
 	r = f.m.Ready(ctx)
 	assert.Less(t, time.Since(start), 5*time.Second, "bounded by the timeout")
 	assert.Equal(t, []string{metrics.CheckJetStream, metrics.CheckProjector}, failing(r))
+}
+
+// A projection ahead of its stream (the stream lost its tail) is not
+// ready, though the lag reads 0.
+func TestNotReadyWhenProjectionIsAhead(t *testing.T) {
+	f := newFixtureApplied(t, 1000, 5)
+	f.publish(t, 2)
+	r := f.m.Ready(context.Background())
+	assert.Equal(t, []string{metrics.CheckProjector}, failing(r))
+	assert.Contains(t, r.Checks[2].Detail, "applied 5 is beyond the stream's last sequence 2")
+	f.publish(t, 3)
+	assert.True(t, f.m.Ready(context.Background()).Ready, "caught up with: 5 of 5")
+}
+
+// After Close, scrapes and readiness read nothing of the store (which may
+// be closed next).
+func TestClosedMetricsReadNothing(t *testing.T) {
+	f := newFixture(t, 1000)
+	f.m.Close()
+	f.m.Close()
+	r := f.m.Ready(context.Background())
+	assert.False(t, r.Ready)
+	families, err := f.m.Registry().Gather()
+	require.NoError(t, err)
+	for _, fam := range families {
+		assert.NotEqual(t, metrics.OpsByState, fam.GetName(), "no stored state after Close")
+	}
 }
 
 // /readyz answers 503 with the checks when not ready, and /metrics still

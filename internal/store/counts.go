@@ -11,8 +11,10 @@ import (
 
 // The count of ops in each state is kept under m/n/<state>, written in the
 // batch that moves ops between states, so that it is exact whenever the
-// projection is. m/counted marks a store whose counts are kept; a store
-// written before counts existed is counted once, at open.
+// projection is. m/counted holds the applied sequence the counts go with,
+// written in every batch that moves m/applied: when the two differ at open
+// (a store written before counts were kept, or by an older binary after a
+// downgrade) the state index is counted again.
 var keyCounted = []byte("m/counted")
 
 func countKey(st events.State) []byte { return []byte("m/n/" + string(st)) }
@@ -34,18 +36,25 @@ func (s *Store) Counts() map[events.State]int64 {
 // store has none yet (and, unless read-only, storing what it found).
 func (s *Store) loadCounts(readOnly bool) error {
 	s.counts = make(map[events.State]int64, len(events.AllStates))
-	_, closer, err := s.db.Get(keyCounted)
+	applied, err := s.Applied()
+	if err != nil {
+		return err
+	}
+	v, closer, err := s.db.Get(keyCounted)
 	switch {
 	case err == nil:
+		current := len(v) == 8 && binary.BigEndian.Uint64(v) == applied
 		closer.Close()
-		for _, st := range events.AllStates {
-			n, err := s.uint64Key(countKey(st), "op count")
-			if err != nil {
-				return err
+		if current {
+			for _, st := range events.AllStates {
+				n, err := s.uint64Key(countKey(st), "op count")
+				if err != nil {
+					return err
+				}
+				s.counts[st] = int64(n)
 			}
-			s.counts[st] = int64(n)
+			return nil
 		}
-		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return err
 	}
@@ -69,10 +78,8 @@ func (s *Store) loadCounts(readOnly bool) error {
 	}
 	pb := s.db.NewBatch()
 	defer pb.Close()
-	if err := writeCounts(pb, s.counts, nil); err != nil {
-		return err
-	}
-	if err := pb.Set(keyCounted, nil, nil); err != nil {
+	writeCounts(pb, s.counts, nil)
+	if err := pb.Set(keyCounted, seqBytes(applied), nil); err != nil {
 		return err
 	}
 	if err := pb.Commit(pebble.Sync); err != nil {
@@ -95,22 +102,24 @@ func (d countDelta) move(from, to events.State) {
 }
 
 // writeCounts writes base+delta for the states delta names, or every state
-// of base when delta is nil.
-func writeCounts(pb *pebble.Batch, base map[events.State]int64, delta countDelta) error {
+// of base when delta is nil, and reports whether every count stayed at or
+// above zero. A count that would go below is written as zero: the counts
+// are then wrong (the caller makes the next open count again), which must
+// not stop the projection they describe.
+func writeCounts(pb *pebble.Batch, base map[events.State]int64, delta countDelta) bool {
+	ok := true
 	for _, st := range events.AllStates {
-		d, ok := delta[st]
-		if delta != nil && !ok {
+		d, named := delta[st]
+		if delta != nil && !named {
 			continue
 		}
 		n := base[st] + d
 		if n < 0 {
-			return fmt.Errorf("store: count of %s ops would be %d", st, n)
+			n, ok = 0, false
 		}
 		var v [8]byte
 		binary.BigEndian.PutUint64(v[:], uint64(n))
-		if err := pb.Set(countKey(st), v[:], nil); err != nil {
-			return err
-		}
+		_ = pb.Set(countKey(st), v[:], nil) // a batch Set fails only when closed
 	}
-	return nil
+	return ok
 }

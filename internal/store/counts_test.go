@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -77,4 +78,49 @@ func TestCountsFollowBatchesAndReopen(t *testing.T) {
 	require.NoError(t, err, "the recount is stored")
 	require.NoError(t, closer.Close())
 	require.NoError(t, st.Close())
+
+	// An older binary moved the projection on without the counts (a
+	// downgrade and upgrade): the applied sequence no longer matches the
+	// counts' and they are counted again.
+	st, err = store.Open(dir)
+	require.NoError(t, err)
+	b = st.NewBatch()
+	op, err = b.Op(opID(1), false)
+	require.NoError(t, err)
+	require.NoError(t, op.Apply(&events.Claimed{OpHeader: events.OpHeader{OpID: opID(1), Workspace: "w"}, Attempt: "a"}, 8, at))
+	b.SetApplied(8)
+	require.NoError(t, b.Commit(true))
+	assert.Equal(t, want(3, 1, 1), st.Counts())
+	// Rewind the counts as the older binary would have left them, at 7.
+	db = store.DB(st)
+	require.NoError(t, db.Set([]byte("m/n/ready"), be(4), nil))
+	require.NoError(t, db.Set([]byte("m/n/executing"), be(0), nil))
+	require.NoError(t, db.Set([]byte("m/counted"), be(7), nil))
+	require.NoError(t, st.Close())
+	st, err = store.Open(dir)
+	require.NoError(t, err)
+	assert.Equal(t, want(3, 1, 1), st.Counts(), "counted again: 7 is not the applied 8")
+
+	// Counts that are wrong in a way that would go below zero never stop
+	// a commit: the count stays at zero and the next open counts again.
+	require.NoError(t, store.DB(st).Set([]byte("m/n/executing"), be(0), nil))
+	require.NoError(t, store.DB(st).Set([]byte("m/n/ready"), be(99), nil))
+	require.NoError(t, st.Close())
+	st, err = store.Open(dir) // m/counted is 8 = applied: trusted, wrongly
+	require.NoError(t, err)
+	assert.Equal(t, want(99, 0, 1), st.Counts())
+	b = st.NewBatch()
+	op, err = b.Op(opID(1), false)
+	require.NoError(t, err)
+	require.NoError(t, op.Apply(&events.Completed{OpHeader: events.OpHeader{OpID: opID(1), Workspace: "w"}, Attempt: "a", ResultDigest: events.Digest([]byte(`{}`)), ResultBytes: 2}, 9, at))
+	b.SetApplied(9)
+	require.NoError(t, b.Commit(true))
+	assert.Equal(t, want(99, 0, 2), st.Counts())
+	require.NoError(t, st.Close())
+	st, err = store.Open(dir)
+	require.NoError(t, err)
+	assert.Equal(t, want(3, 0, 2), st.Counts(), "counted again")
+	require.NoError(t, st.Close())
 }
+
+func be(n uint64) []byte { return binary.BigEndian.AppendUint64(nil, n) }

@@ -283,11 +283,7 @@ func (b *Batch) commit(sync bool) error {
 			return err
 		}
 	}
-	if len(delta) > 0 {
-		if err := writeCounts(pb, b.s.counts, delta); err != nil {
-			return err
-		}
-	}
+	countsOK := len(delta) == 0 || writeCounts(pb, b.s.counts, delta)
 	if err := b.writeLog(pb); err != nil {
 		return err
 	}
@@ -296,6 +292,17 @@ func (b *Batch) commit(sync bool) error {
 		binary.BigEndian.PutUint64(v[:], b.applied)
 		if err := pb.Set(keyApplied, v[:], nil); err != nil {
 			return err
+		}
+		// The counts go with this sequence, unless one went below zero:
+		// then the next open counts again.
+		var counted error
+		if countsOK {
+			counted = pb.Set(keyCounted, v[:], nil)
+		} else {
+			counted = pb.Delete(keyCounted, nil)
+		}
+		if counted != nil {
+			return counted
 		}
 	}
 	opts := pebble.NoSync
@@ -308,7 +315,7 @@ func (b *Batch) commit(sync bool) error {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
 	for st, d := range delta {
-		b.s.counts[st] += d
+		b.s.counts[st] = max(0, b.s.counts[st]+d)
 	}
 	for _, id := range b.order {
 		op := b.ops[id].op

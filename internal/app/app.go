@@ -146,16 +146,16 @@ type App struct {
 	// Metrics is the process's Prometheus registry and health checks.
 	Metrics *metrics.Metrics
 
-	cfg    Config
-	gate   *gate.Gate
-	cancel context.CancelFunc
-	group  *errgroup.Group
-	svc    interface{ Stop() error }
+	cfg      Config
+	gate     *gate.Gate
+	cancel   context.CancelFunc
+	group    *errgroup.Group
+	svc      interface{ Stop() error }
 	http     *http.Server
 	httpLn   net.Listener
 	httpDone chan struct{}
-	done   chan struct{}
-	err    error
+	done     chan struct{}
+	err      error
 }
 
 // MetricsAddr is where /metrics is served; empty when it is not.

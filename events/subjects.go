@@ -23,6 +23,15 @@ const (
 	// control command.
 	ResolveSubjects = SubjectRoot + ".resolve.*.*"
 	ControlSubjects = SubjectRoot + ".ctl.*.*"
+	// LivePrefix is where the server republishes every message of
+	// AIRLOCK_OPS once stored: airlock.v1.live.<the subject after
+	// airlock.v1.>, with the stream's Nats-Stream, Nats-Subject,
+	// Nats-Sequence, Nats-Time-Stamp and Nats-Last-Sequence headers.
+	// Watchers subscribe there: what they see was stored, never a publish
+	// the stream refused (a compare-and-swap that lost).
+	LivePrefix = SubjectRoot + ".live."
+	// LiveSubjects matches every republished message.
+	LiveSubjects = LivePrefix + ">"
 	// QueryPrefix is the subject prefix of the query service's endpoints.
 	QueryPrefix = SubjectRoot + ".q"
 	// NoWorkspace stands for the workspace of a request whose own subject
@@ -36,6 +45,12 @@ const (
 // under its own name, and the gate refuses a request whose body names
 // another agent or workspace than its subject.
 func RequestSubject(ws, agent string) string { return SubjectRoot + ".req." + ws + "." + agent }
+
+// LiveSubject is the subject AIRLOCK_OPS republishes a message stored on
+// subject to (see LivePrefix).
+func LiveSubject(subject string) string {
+	return LivePrefix + strings.TrimPrefix(subject, SubjectRoot+".")
+}
 
 // WorkspaceRequests matches every request of one workspace.
 func WorkspaceRequests(ws string) string { return SubjectRoot + ".req." + ws + ".>" }

@@ -89,15 +89,19 @@ func (s *server) nats(t *testing.T, ctx context.Context, principal string, args 
 	return out.String(), err
 }
 
-// natsSub starts `nats sub` as the principal named, waits until it says it
-// subscribed, and returns a function that waits for it to end (after
-// --count messages) and returns its output.
-func (s *server) natsSub(t *testing.T, ctx context.Context, principal string, args ...string) func() string {
+// natsSub starts `nats sub SUBJECT` as the principal named and returns,
+// once the subscription is in place, a function that waits until its
+// output holds every string wanted (or fails the test) and stops it.
+// The subscription is in place when a probe the service principal
+// publishes on probe (a subject the subscription matches, stored by no
+// stream) comes out.
+func (s *server) natsSub(t *testing.T, ctx context.Context, principal, subject, probe string) func(want ...string) string {
 	t.Helper()
 	bin, err := natsCLI()
 	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(ctx)
 	creds := filepath.Join(s.dir, authority.CredsDir, principal+authority.CredsExt)
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--server", s.url, "--nkey", creds, "--no-context", "sub"}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, "--server", s.url, "--nkey", creds, "--no-context", "sub", subject)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "HOME="+t.TempDir())
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -107,16 +111,28 @@ func (s *server) natsSub(t *testing.T, ctx context.Context, principal string, ar
 		_ = cmd.Wait()
 		close(done)
 	}()
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Subscribing on") }, 20*time.Second, 10*time.Millisecond)
-	// The CLI says so once its SUB is written; a round trip later the
-	// server has it.
-	time.Sleep(200 * time.Millisecond)
-	return func() string {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			t.Fatalf("nats sub %v did not end: %s", args, out.String())
-		}
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	svc := s.connect(t, authority.ServiceName)
+	require.Eventually(t, func() bool {
+		_ = svc.Publish(probe, []byte("probe"))
+		return strings.Contains(out.String(), probe)
+	}, 30*time.Second, 100*time.Millisecond, "nats sub %s as %s never got its probe: %s", subject, principal, out.String())
+	return func(want ...string) string {
+		t.Helper()
+		assert.Eventually(t, func() bool {
+			got := out.String()
+			for _, w := range want {
+				if !strings.Contains(got, w) {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, 20*time.Millisecond, "nats sub %s as %s", subject, principal)
+		stop()
 		return out.String()
 	}
 }
@@ -136,19 +152,18 @@ func TestNATSCLI(t *testing.T) {
 	defer cancel()
 
 	// A subscription running while one op goes through: the request and
-	// its three op events, decided, claimed, completed.
-	subCtx, subCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer subCancel()
-	wait := s.natsSub(t, subCtx, authority.ServiceName, "airlock.v1.>", "--count", "4")
+	// its three op events, decided, claimed, completed, each with its
+	// CloudEvents headers; then each op event again as the stream
+	// republishes it once stored (airlock.v1.live.>).
+	wait := s.natsSub(t, ctx, authority.ServiceName, "airlock.v1.>", "airlock.v1.probe")
 	stdout, stderr, code := s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, exitOK, code, stderr)
-	got := wait()
 	var submitted struct {
 		OpID string `json:"op_id"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &submitted), stdout)
 	opID := submitted.OpID
-	for _, want := range []string{
+	want := []string{
 		`Received on "airlock.v1.req.team.agent"`,
 		"ce-type: dev.airlock.tool.requested.v1",
 		`Received on "airlock.v1.op.team.` + opID + `.echo.decided"`,
@@ -159,8 +174,12 @@ func TestNATSCLI(t *testing.T) {
 		`.echo.claimed"`,
 		`.echo.completed"`,
 		"ce-type: dev.airlock.op.completed.v1",
-	} {
-		assert.Contains(t, got, want)
+		`Received on "airlock.v1.live.op.team.` + opID + `.echo.completed"`,
+		"Nats-Subject: airlock.v1.op.team." + opID + ".echo.completed",
+	}
+	got := wait(want...)
+	for _, w := range want {
+		assert.Contains(t, got, w)
 	}
 
 	out, err := s.nats(t, ctx, authority.ServiceName, "stream", "report")
@@ -188,18 +207,19 @@ func TestNATSCLI(t *testing.T) {
 		assert.Contains(t, out, want)
 	}
 
-	// An auditor watches op events live (never requests: their args are
-	// not for it).
-	wait = s.natsSub(t, subCtx, "auditor", "airlock.v1.op.>", "--count", "3")
+	// An auditor watches op events live, as stored (never requests: their
+	// args are not for it).
+	wait = s.natsSub(t, ctx, "auditor", "airlock.v1.live.op.>", "airlock.v1.live.op.probe")
 	_, stderr, code = s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":2}`)
 	require.Equal(t, exitOK, code, stderr)
-	got = wait()
-	assert.Contains(t, got, "ce-type: dev.airlock.op.decided.v1")
+	got = wait("ce-type: dev.airlock.op.decided.v1", "ce-type: dev.airlock.op.completed.v1", "Nats-Stream: AIRLOCK_OPS")
 	assert.Contains(t, got, "ce-type: dev.airlock.op.completed.v1")
 	assert.NotContains(t, got, "airlock.v1.req.")
-	out, err = s.nats(t, ctx, "auditor", "sub", "airlock.v1.req.>", "--count", "1", "--timeout", "2s")
-	assert.Error(t, err, out)
-	assert.Contains(t, out, "Permissions Violation")
+	for _, refused := range []string{"airlock.v1.req.>", "airlock.v1.op.>"} {
+		out, err = s.nats(t, ctx, "auditor", "sub", refused, "--count", "1", "--timeout", "2s")
+		assert.Error(t, err, out)
+		assert.Contains(t, out, "Permissions Violation", refused)
+	}
 
 	// A role without JetStream cannot read the stream report.
 	out, err = s.nats(t, ctx, "agent", "stream", "report")

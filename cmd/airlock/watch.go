@@ -41,16 +41,18 @@ func newWatch(g *globals) *cobra.Command {
 		Use:   "watch [--ws W] [--json]",
 		Short: "Watch ops change state, live: lines when piped, a table of holds and outcomes on a terminal",
 		Long: `Watch shows the op events, rejections, mode controls and policy loads
-as Airlock appends them, from the moment it starts (not history: see
-"ops list"). It connects as the auditor by default; an approver or
+as AIRLOCK_OPS stores them (republished on airlock.v1.live.>: an append
+the stream refused never shows), from the moment it starts (not history:
+see "ops list"). It connects as the auditor by default; an approver or
 operator credential works too, an agent's does not.
 
 Piped (or with --json, or TERM=dumb), it prints one line per event: time
-(the event's, RFC 3339 UTC with milliseconds), workspace, op id, tool,
+(when it was stored, RFC 3339 UTC with milliseconds), workspace, op id, tool,
 event, then key=value details (codes, reasons, approvers, attempts,
 durations, result sizes: events carry digests, never args or results).
-With --json, one JSON object per line instead. A message that is not a
-valid event for its subject is shown as "undecodable" with its subject,
+With --json, one JSON object per line instead, with the event's stream
+sequence ("seq"). A message that is not one the stream stored, or not a
+valid event for its subject, is shown as "undecodable" with its subject,
 and watching goes on.
 
 On a terminal it redraws a table about once a second and on every event:

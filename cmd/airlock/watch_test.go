@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -14,6 +15,9 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/watch"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -130,9 +134,10 @@ func golden(t *testing.T, name, got string) {
 
 // A scripted run against a real Airlock: an auto-allowed op, a held op
 // that is granted and runs, a denied op, a held op an approver denies, a
-// rejected request, a message on an op subject that is not an event, a
-// lockdown and a policy reload, as three watchers print them: every
-// workspace as lines and as JSON, and one workspace.
+// rejected request, a message stored on an op subject that is not an
+// event, an event published on a live subject that AIRLOCK_OPS never
+// stored, a lockdown and a policy reload, as three watchers print them:
+// every workspace as lines and as JSON, and one workspace.
 func TestWatchGolden(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess test")
@@ -144,7 +149,8 @@ func TestWatchGolden(t *testing.T) {
 	all := startWatch(t, srv)
 	asJSON := startWatch(t, srv, "--json")
 	review := startWatch(t, srv, "--ws", "review")
-	assert.Contains(t, review.stderr.String(), "watching airlock.v1.op.review.>, airlock.v1.rejected.review, airlock.v1.sys.mode.review, airlock.v1.sys.policy on nats://")
+	assert.Contains(t, review.stderr.String(), "watching airlock.v1.live.op.review.>, airlock.v1.live.rejected.review, airlock.v1.live.sys.mode.review, airlock.v1.live.sys.policy on nats://")
+	assert.Contains(t, all.stderr.String(), "watching airlock.v1.live.> on nats://")
 	assert.Contains(t, all.stderr.String(), " as auditor ")
 	n := 0
 	step := func(events int) {
@@ -188,10 +194,21 @@ func TestWatchGolden(t *testing.T) {
 	require.NoError(t, agent.Publish(events.RequestSubject("demo", "agent"), []byte("not an event")))
 	require.NoError(t, agent.Flush())
 	step(1)
-	// Something that is not an event on an op subject: shown, and the
-	// watch goes on.
+	// Something that is not an event, published on an op subject by the
+	// service principal: AIRLOCK_OPS stores whatever it publishes there,
+	// so it is shown, as stored and undecodable, and the watch goes on.
 	svc := srv.connect(t, authority.ServiceName)
 	require.NoError(t, svc.Publish(events.OpEventSubject("demo", "op_00000000000000000000000000000000", "echo", events.TypeCompleted), []byte("not an event")))
+	require.NoError(t, svc.Flush())
+	step(1)
+	// A valid event published straight on a live subject, by the same
+	// principal: the stream never stored it, so it is shown as
+	// undecodable, as it arrived, never as a completed op.
+	forged, err := events.NewEvent(events.TypeCompleted, "airlock/test", "", &events.Completed{
+		OpHeader: events.OpHeader{OpID: "op_11111111111111111111111111111111", Workspace: "demo"}, Attempt: "a", ResultDigest: "sha256:00",
+	})
+	require.NoError(t, err)
+	require.NoError(t, svc.PublishMsg(events.Encode(events.LiveSubject(events.OpEventSubject("demo", "op_11111111111111111111111111111111", "echo", events.TypeCompleted)), forged)))
 	require.NoError(t, svc.Flush())
 	step(1)
 	out, _, code := srv.run(t, "ctl", "mode", "demo", "locked", "--reason", "incident 42") // mode.set
@@ -222,14 +239,49 @@ func TestWatchGolden(t *testing.T) {
 	got := normalise(strings.Join(lines, "\n") + "\n")
 	golden(t, "watch.golden", got)
 	golden(t, "watch-json.golden", normalise(strings.Join(jsonLines, "\n")+"\n"))
-	assert.Equal(t, 1, strings.Count(got, " undecodable "))
+	assert.Equal(t, 2, strings.Count(got, " undecodable "))
 	assert.Equal(t, 1, strings.Count(got, " rejected "))
-	for _, l := range jsonLines {
-		var e map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
-		for _, k := range []string{"time", "event", "subject"} {
-			assert.Contains(t, e, k, l)
+	assert.Equal(t, 1, strings.Count(got, "not a message AIRLOCK_OPS stored"))
+	completed := 0
+	for _, l := range lines {
+		if strings.Fields(l)[4] == "completed" {
+			completed++
 		}
+	}
+	assert.Equal(t, 2, completed, "the two ops that ran, never the forged event")
+	// Every event as stored: its sequence in AIRLOCK_OPS, in stream
+	// order, and the subject and time the stream gave it. Only the
+	// forged one has none.
+	ctx := context.Background()
+	js, err := jetstream.New(svc)
+	require.NoError(t, err)
+	ops, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	var last uint64
+	for _, l := range jsonLines {
+		var e struct {
+			Time    string `json:"time"`
+			Seq     uint64 `json:"seq"`
+			Event   string `json:"event"`
+			Subject string `json:"subject"`
+			Error   string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(l), &e), l)
+		require.NotEmpty(t, e.Time, l)
+		require.NotEmpty(t, e.Event, l)
+		require.NotEmpty(t, e.Subject, l)
+		if strings.HasPrefix(e.Error, "not a message AIRLOCK_OPS stored") {
+			assert.Zero(t, e.Seq, l)
+			assert.NotContains(t, l, `"seq"`)
+			assert.True(t, strings.HasPrefix(e.Subject, events.LivePrefix), l)
+			continue
+		}
+		assert.Greater(t, e.Seq, last, "in stream order: %s", l)
+		last = e.Seq
+		stored, err := ops.GetMsg(ctx, e.Seq)
+		require.NoError(t, err, l)
+		assert.Equal(t, stored.Subject, e.Subject, l)
+		assert.Equal(t, stored.Time.UTC().Format(watch.TimeLayout), e.Time, "the stored time: %s", l)
 	}
 	// Never the args: the events carry digests only.
 	for _, arg := range []string{`"f"`, `"n"`, `{"n":1}`} {

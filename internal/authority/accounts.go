@@ -54,14 +54,13 @@ type Import struct {
 // each service instance.
 const ServiceExport = ">"
 
-// StreamExport is the one stream export of ServiceAccount, to
-// ClientAccount only. What ClientAccount receives of it is the stream
-// Imports: the agents' replies, and the op events, rejections and records
-// (watched live by approvers, operators and auditors). Never the
-// requests, which carry argument plaintext: nothing imports
-// airlock.v1.req.>. One export rather than one per import, like
-// ServiceExport: the imports, written beside it, say what crosses.
-const StreamExport = events.SubjectRoot + ".>"
+// StreamExports are the stream exports of ServiceAccount, to
+// ClientAccount only: the agents' replies, and every message of
+// AIRLOCK_OPS as the server republishes it once stored (op events,
+// rejections and records, watched live by approvers, operators and
+// auditors). Never the requests, which carry argument plaintext. The
+// caller owns the slice.
+func StreamExports() []string { return []string{replyAll, events.LiveSubjects} }
 
 // Subjects of the imports and permissions.
 const (
@@ -100,20 +99,16 @@ func Imports() []Import {
 		// $JS.API.INFO itself. No client may publish it.
 		Import{Subject: jsAPI + "INFO", Why: "keeps the server from answering CLIENTS' JetStream API itself; no client may publish it"},
 		Import{Subject: replyAll, Stream: true, Why: "Airlock's answers to an agent's requests, on the request's Airlock-Reply-To"},
-		Import{Subject: events.OpSubjects, Stream: true, Why: "op events as they are appended, for watching (airlock watch); digests, never args or results"},
-		Import{Subject: events.RejectedSubjects, Stream: true, Why: "rejections of bad requests as they are recorded, for watching"},
-		Import{Subject: events.SysSubjects, Stream: true, Why: "mode controls and policy loads as they are recorded, for watching"},
+		Import{Subject: events.LiveSubjects, Stream: true, Why: "every AIRLOCK_OPS message as stored, republished, for watching (airlock watch): op events, rejections, records; digests, never args or results"},
 	)
 }
 
 // WatchSubjects are the stream Imports that approvers, operators and
-// auditors may subscribe to: every op event, rejection and record, live,
-// as Airlock appends them to AIRLOCK_OPS. None carries argument or output
-// plaintext. Agents may not: an agent sees its own replies only. The
-// caller owns the slice.
-func WatchSubjects() []string {
-	return []string{events.OpSubjects, events.RejectedSubjects, events.SysSubjects}
-}
+// auditors may subscribe to: every message of AIRLOCK_OPS (op events,
+// rejections and records) as the server republishes it once stored. None
+// carries argument or output plaintext. Agents may not: an agent sees its
+// own replies only. The caller owns the slice.
+func WatchSubjects() []string { return []string{events.LiveSubjects} }
 
 func streamInfo(stream string) string    { return jsAPI + "STREAM.INFO." + stream }
 func directGetBody(stream string) string { return jsAPI + "DIRECT.GET." + stream }

@@ -8,6 +8,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/watch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -49,6 +50,7 @@ func TestReplyOnStreamSubjectStoresNothing(t *testing.T) {
 
 	replies := []string{
 		events.OpEventSubject("ws", opID, "echo", events.TypeDecided),
+		events.LiveSubject(events.OpEventSubject("ws", opID, "echo", events.TypeDecided)),
 		events.ModeSubject("ws"),
 		events.RequestSubject("ws", "agent"),
 		events.ResolveSubject("ws", "approver2"),
@@ -85,7 +87,9 @@ func TestReplyOnStreamSubjectStoresNothing(t *testing.T) {
 					require.NoError(t, err, call.subject)
 				}
 				// ...and with the reply on a stream or command subject the
-				// answer goes nowhere.
+				// answer goes nowhere; on a live subject, to the watchers
+				// only (TestReplyOnLiveSubjectIsNotRepublished), never into
+				// the service account.
 				for _, reply := range replies {
 					require.NoError(t, c.nc.PublishRequest(call.subject, reply, []byte(call.body)))
 				}
@@ -137,43 +141,112 @@ func TestReplyOnStreamSubjectStoresNothing(t *testing.T) {
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound)
 }
 
-// An answer a client aims, by its reply subject, at an op subject stays in
-// the clients account, where a watcher of the op events receives it. It
-// is never stored, and never looks like a live event: a responder's own
-// answer has no CloudEvents headers, and a direct get's copy of a stored
-// event carries the stream's headers, which an appended event never has.
-// airlock watch shows both as undecodable.
-func TestReplyOnOpSubjectReachesWatchersOnly(t *testing.T) {
+// An answer a client aims, by its reply subject, at a live subject stays
+// in the clients account, where the watchers of AIRLOCK_OPS receive it
+// beside what the stream republishes. It is never stored, and never
+// passes for a republished message: a responder's own answer has no
+// stream headers; a direct get's copy of a stored event has the stream's
+// but not Nats-Last-Sequence; a batch direct get's has both, and
+// Nats-Num-Pending, which a republished message never has; its end of
+// batch names no stream. watch.Republished refuses every one, so airlock
+// watch shows them as undecodable, never as events.
+func TestReplyOnLiveSubjectIsNotRepublished(t *testing.T) {
 	e := start(t, nil)
-	e.appendDecided(t, "ws", opID)
-	e.respond(t, events.QueryOpSubject, `{"state":"denied"}`)
 	au := e.connect(t, "auditor")
-	watch, err := au.nc.SubscribeSync(events.OpSubjects)
+	live, err := au.nc.SubscribeSync(events.LiveSubjects)
 	require.NoError(t, err)
 	require.NoError(t, au.nc.Flush())
 
-	ag := e.connect(t, "agent")
-	forged := events.OpEventSubject("ws", opID, "echo", events.TypeCompleted)
-	require.NoError(t, ag.nc.PublishRequest(events.QueryOpSubject, forged, []byte(`{}`)))
-	require.NoError(t, ag.nc.PublishRequest("$JS.API.DIRECT.GET."+streams.Ops, forged, []byte(`{"seq":1}`)))
-	require.NoError(t, ag.nc.Flush())
-	assert.Zero(t, ag.count())
+	// What the stream stored, as the watcher receives it: republished,
+	// and taken for that.
+	e.appendDecided(t, "ws", opID)
+	opSubject := events.OpEventSubject("ws", opID, "echo", events.TypeDecided)
+	target := events.LiveSubject(opSubject)
+	m, err := live.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, target, m.Subject)
+	seq, subject, _, ok := watch.Republished(m.Header)
+	require.True(t, ok, "the republished event: %v", m.Header)
+	assert.Equal(t, uint64(1), seq)
+	assert.Equal(t, opSubject, subject)
+	assert.Equal(t, "decided", watch.Decode(m.Subject, m.Header, m.Data, time.Now()).Kind)
 
-	// The two answers, in whichever order they come.
-	got := map[string]*nats.Msg{}
-	for range 2 {
-		m, err := watch.NextMsg(5 * time.Second)
-		require.NoError(t, err)
-		assert.Equal(t, forged, m.Subject)
-		got[m.Header.Get(jetstream.StreamHeader)] = m
+	e.respond(t, events.QueryOpSubject, `{"state":"denied"}`)
+	ag := e.connect(t, "agent")
+	ag.subRefused(t, events.LiveSubjects)
+	before := ag.count()
+	directGet := "$JS.API.DIRECT.GET." + streams.Ops
+	for _, call := range []struct{ subject, body string }{
+		{events.QueryOpSubject, `{}`},                     // the query service's answer
+		{"$JS.API.STREAM.INFO." + streams.Ops, ""},        // the JetStream API's
+		{directGet, `{"seq":1}`},                          // a single direct get
+		{directGet + "." + opSubject, ""},                 // the last message of a subject
+		{directGet, `{"seq":1,"batch":2}`},                // a batch: the message, then the end of batch
+		{directGet, `{"multi_last":["airlock.v1.op.>"]}`}, // the last of each subject, then the end of batch
+	} {
+		require.NoError(t, ag.nc.PublishRequest(call.subject, target, []byte(call.body)))
 	}
-	answer, stored := got[""], got[streams.Ops]
-	require.NotNil(t, answer, "the query service's answer")
-	require.NotNil(t, stored, "the direct get's copy, which says it is stored")
-	assert.Equal(t, `{"state":"denied"}`, string(answer.Data))
-	assert.Empty(t, answer.Header.Get(events.HeaderPrefix+"specversion"))
-	assert.Equal(t, string(events.TypeDecided), stored.Header.Get(events.HeaderPrefix+"type"))
-	_, err = watch.NextMsg(100 * time.Millisecond)
+	require.NoError(t, ag.nc.Flush())
+
+	// Every answer, in whichever order they come, by what it is.
+	got := map[string][]*nats.Msg{}
+	for range 8 {
+		m, err := live.NextMsg(5 * time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, target, m.Subject)
+		_, _, _, ok := watch.Republished(m.Header)
+		assert.False(t, ok, "taken for republished: %v %s", m.Header, m.Data)
+		ev := watch.Decode(m.Subject, m.Header, m.Data, time.Now())
+		assert.Equal(t, watch.Undecodable, ev.Kind)
+		assert.Contains(t, ev.Error, "not a message AIRLOCK_OPS stored")
+		assert.Zero(t, ev.Seq)
+		h := m.Header
+		var kind string
+		switch {
+		case h.Get("Status") == "204":
+			kind = "end of batch"
+		case h.Get(jetstream.StreamHeader) == "":
+			kind = "answer"
+		case h.Get("Nats-Num-Pending") != "":
+			kind = "batch copy"
+		default:
+			kind = "copy"
+		}
+		got[kind] = append(got[kind], m)
+	}
+	require.Len(t, got["answer"], 2, "the query service's and the stream info")
+	require.Len(t, got["copy"], 2, "the direct gets by sequence and by subject")
+	require.Len(t, got["batch copy"], 2, "the batch's and the multi-last's")
+	require.Len(t, got["end of batch"], 2)
+	var bodies []string
+	for _, m := range got["answer"] {
+		assert.Empty(t, m.Header.Get(events.HeaderPrefix+"specversion"))
+		bodies = append(bodies, string(m.Data))
+	}
+	assert.Contains(t, bodies, `{"state":"denied"}`)
+	for _, m := range append(got["copy"], got["batch copy"]...) {
+		// The stored event, with the stream's headers: only what marks
+		// a republished message tells them apart.
+		assert.Equal(t, streams.Ops, m.Header.Get(jetstream.StreamHeader))
+		assert.Equal(t, opSubject, m.Header.Get(jetstream.SubjectHeader))
+		assert.Equal(t, "1", m.Header.Get(jetstream.SequenceHeader))
+		assert.NotEmpty(t, m.Header.Get("Nats-Time-Stamp"))
+		assert.Equal(t, string(events.TypeDecided), m.Header.Get(events.HeaderPrefix+"type"))
+	}
+	for _, m := range got["copy"] {
+		assert.Empty(t, m.Header.Get("Nats-Last-Sequence"))
+	}
+	for _, m := range got["batch copy"] {
+		assert.Equal(t, "0", m.Header.Get("Nats-Last-Sequence"), "as a first republished message says")
+		assert.Equal(t, "0", m.Header.Get("Nats-Num-Pending"))
+	}
+	for _, m := range got["end of batch"] {
+		assert.NotEmpty(t, m.Header.Get("Nats-Num-Pending"))
+		assert.Equal(t, "1", m.Header.Get("Nats-Last-Sequence"))
+	}
+	_, err = live.NextMsg(100 * time.Millisecond)
 	assert.ErrorIs(t, err, nats.ErrTimeout)
+	assert.Equal(t, before, ag.count(), "every call was allowed")
 	assert.Equal(t, uint64(1), e.msgs(t, streams.Ops), "nothing stored")
+	assert.Zero(t, e.msgs(t, streams.Requests))
 }

@@ -16,13 +16,16 @@
 // The service principal and the streams live in the NATS account
 // [ServiceAccount]; every other principal lives in [ClientAccount], which
 // has no JetStream and reaches the service account only through [Imports]
-// of the one [ServiceExport], and receives from it, through the one
-// [StreamExport], the agents' replies and, for approvers, operators and
-// auditors, the op events, rejections and records as they are appended
-// ([WatchSubjects]; never the requests). NATS does not check the reply
-// subject a client names, but a responder's answer to a client goes back
-// to the client account, where no stream is, so no reply can put a
-// message in a stream.
+// of the one [ServiceExport], and receives from it, through the
+// [StreamExports], the agents' replies and, for approvers, operators and
+// auditors, every message of AIRLOCK_OPS (op events, rejections and
+// records) as the server republishes it once stored, on airlock.v1.live.>
+// ([WatchSubjects]); never the requests, nor the subjects Airlock appends
+// on. NATS does not check the reply subject a client names, but a
+// responder's answer to a client goes back to the client account, where
+// no stream is, so no reply can put a message in a stream. Such an answer
+// can still reach a watcher when the client names a live subject as its
+// reply: docs/authority.md says how a watcher tells it apart.
 //
 // # Identity in subjects
 //
@@ -38,7 +41,7 @@
 //
 // [Permissions] gives a role's allow and deny lists in its account
 // ([Role.Account]). [Set.ServerConfig] renders both accounts, their users
-// with their permissions, the export and the imports as a nats-server
+// with their permissions, the exports and the imports as a nats-server
 // configuration block; [Set.WriteServerConfig] writes it, the embedded
 // server loads it (internal/natsrv.Config.AuthFile) and an external server
 // includes it. docs/authority.md describes the model, and what it does not

@@ -86,6 +86,7 @@ func airlockWrites(except string) []string {
 		controlAll,
 		events.SysSubjects,
 		replyAll,
+		events.LiveSubjects,
 	} {
 		if s != except {
 			out = append(out, s)

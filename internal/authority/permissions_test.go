@@ -26,11 +26,11 @@ func TestPermissionsInvariants(t *testing.T) {
 		{name: "agent", p: authority.Principal{Name: "ag2", Role: authority.RoleAgent},
 			own: "airlock.v1.req.*.ag2", subs: []string{"_INBOX.>", "airlock.v1.reply.ag2.>"}},
 		{name: "approver", p: authority.Principal{Name: "ap2", Role: authority.RoleApprover},
-			own: "airlock.v1.resolve.*.ap2", subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
+			own: "airlock.v1.resolve.*.ap2", subs: []string{"_INBOX.>", "airlock.v1.live.>"}},
 		{name: "operator", p: authority.Principal{Name: "op2", Role: authority.RoleOperator},
-			own: "airlock.v1.ctl.*.op2", subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
+			own: "airlock.v1.ctl.*.op2", subs: []string{"_INBOX.>", "airlock.v1.live.>"}},
 		{name: "auditor", p: authority.Principal{Name: "auditor", Role: authority.RoleAuditor},
-			subs: []string{"_INBOX.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}},
+			subs: []string{"_INBOX.>", "airlock.v1.live.>"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, authority.ClientAccount, tc.p.Role.Account())
@@ -48,8 +48,13 @@ func TestPermissionsInvariants(t *testing.T) {
 					assert.True(t, streamImported(s), "%s is not imported", s)
 				}
 				assert.False(t, server.SubjectsCollide(s, "airlock.v1.req.>"), "%s may see requests", s)
+				// Nor what is published on the stream's subjects, stored
+				// or not: only what AIRLOCK_OPS republishes once stored.
+				for _, stored := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"} {
+					assert.False(t, server.SubjectsCollide(s, stored), "%s may see %s unstored", s, stored)
+				}
 			}
-			for _, s := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.reply.>"} {
+			for _, s := range []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.reply.>", "airlock.v1.live.>"} {
 				assert.Contains(t, perms.Publish.Deny, s)
 			}
 			for _, s := range perms.Publish.Allow {
@@ -104,16 +109,17 @@ func TestImports(t *testing.T) {
 		assert.False(t, seen[im.Subject], "%s imported twice", im.Subject)
 		seen[im.Subject] = true
 		assert.NotEmpty(t, im.Why)
-		// The one service export covers every service import, the one
-		// stream export every stream import.
+		// The one service export covers every service import; each
+		// stream import is a stream export.
 		if im.Stream {
-			assert.True(t, server.SubjectMatchesFilter(im.Subject, authority.StreamExport), im.Subject)
+			assert.Contains(t, authority.StreamExports(), im.Subject)
 			streams = append(streams, im.Subject)
 		} else {
 			assert.True(t, server.SubjectMatchesFilter(im.Subject, authority.ServiceExport), im.Subject)
 		}
 	}
-	assert.Equal(t, []string{"airlock.v1.reply.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}, streams)
+	assert.Equal(t, []string{"airlock.v1.reply.>", "airlock.v1.live.>"}, streams)
+	assert.Equal(t, authority.StreamExports(), streams)
 	assert.Equal(t, streams[1:], authority.WatchSubjects())
 	// No service import writes to a stream other than the requests, and
 	// no JetStream API but reads; no stream import carries requests.

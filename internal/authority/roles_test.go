@@ -3,6 +3,7 @@ package authority_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -416,7 +417,7 @@ func TestWatchersSeeEventsLiveAgentsDoNot(t *testing.T) {
 	e := start(t, nil)
 	ctx := context.Background()
 	ag := e.connect(t, "agent")
-	for _, s := range []string{"airlock.v1.op.>", "airlock.v1.op.ws.>", "airlock.v1.rejected.>", "airlock.v1.sys.>", "airlock.v1.sys.mode.ws"} {
+	for _, s := range []string{"airlock.v1.live.>", "airlock.v1.live.op.>", "airlock.v1.live.op.ws.>", "airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"} {
 		ag.subRefused(t, s)
 	}
 	// Its allowed subscriptions see none of it.
@@ -439,8 +440,9 @@ func TestWatchersSeeEventsLiveAgentsDoNot(t *testing.T) {
 	var watchers []watcher
 	for _, name := range []string{"approver", "operator", "auditor"} {
 		c := e.connect(t, name)
-		// Never the requests, which carry args, nor anyone's replies.
-		for _, s := range []string{"airlock.v1.>", "airlock.v1.req.>", "airlock.v1.req.ws.agent", "airlock.v1.reply.>"} {
+		// Never the requests, which carry args, nor anyone's replies, nor
+		// the appends themselves (only what the stream stored).
+		for _, s := range []string{"airlock.v1.>", "airlock.v1.req.>", "airlock.v1.req.ws.agent", "airlock.v1.reply.>", "airlock.v1.op.>", "airlock.v1.sys.>"} {
 			c.subRefused(t, s)
 		}
 		before := c.count()
@@ -462,14 +464,19 @@ func TestWatchersSeeEventsLiveAgentsDoNot(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, w := range watchers {
-		for i, sub := range w.subs {
-			m, err := sub.NextMsg(5 * time.Second)
-			require.NoError(t, err)
-			assert.Equal(t, published[i], m.Subject)
-			// Live, as appended: not a stored copy with stream headers.
-			assert.Empty(t, m.Header.Get(jetstream.StreamHeader))
-			_, err = sub.NextMsg(50 * time.Millisecond)
-			assert.ErrorIs(t, err, nats.ErrTimeout, "exactly one")
+		for _, sub := range w.subs {
+			for i, subject := range published {
+				m, err := sub.NextMsg(5 * time.Second)
+				require.NoError(t, err)
+				assert.Equal(t, events.LiveSubject(subject), m.Subject)
+				// As stored: the stream's headers name the message.
+				assert.Equal(t, streams.Ops, m.Header.Get(jetstream.StreamHeader))
+				assert.Equal(t, subject, m.Header.Get(jetstream.SubjectHeader))
+				assert.Equal(t, strconv.Itoa(i+1), m.Header.Get(jetstream.SequenceHeader))
+				assert.NotEmpty(t, m.Header.Get("Nats-Last-Sequence"))
+			}
+			_, err := sub.NextMsg(50 * time.Millisecond)
+			assert.ErrorIs(t, err, nats.ErrTimeout, "exactly one each")
 		}
 		assert.Equal(t, w.violations, w.c.count())
 	}

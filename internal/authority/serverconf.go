@@ -30,9 +30,11 @@ func (s *Set) ServerConfig() string {
 	b.WriteString("      # Every service import of " + ClientAccount + ", through one export: a reply\n" +
 		"      # that would pass through it twice is dropped (authority.ServiceExport).\n")
 	fmt.Fprintf(&b, "      { service: %q, accounts: [%s], response_type: stream }\n", ServiceExport, ClientAccount)
-	b.WriteString("      # Every stream import of " + ClientAccount + ", through one export: its\n" +
-		"      # imports say what crosses, never the requests (authority.StreamExport).\n")
-	fmt.Fprintf(&b, "      { stream: %q, accounts: [%s] }\n", StreamExport, ClientAccount)
+	b.WriteString("      # What " + ClientAccount + " may receive: replies, and AIRLOCK_OPS as\n" +
+		"      # stored; never the requests (authority.StreamExports).\n")
+	for _, e := range StreamExports() {
+		fmt.Fprintf(&b, "      { stream: %q, accounts: [%s] }\n", e, ClientAccount)
+	}
 	b.WriteString("    ]\n  }\n")
 	fmt.Fprintf(&b, "  # Agents, approvers, operators and auditors. No JetStream: a message\n"+
 		"  # published here is never stored.\n  %s {\n", ClientAccount)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,16 +104,19 @@ func TestServerConfigText(t *testing.T) {
 		"accounts {",
 		"  AIRLOCK {\n    jetstream: enabled\n",
 		`{ service: ">", accounts: [CLIENTS], response_type: stream }`,
-		`{ stream: "airlock.v1.>", accounts: [CLIENTS] }`,
+		`{ stream: "airlock.v1.reply.>", accounts: [CLIENTS] }`,
+		`{ stream: "airlock.v1.live.>", accounts: [CLIENTS] }`,
 		`{ service: { account: AIRLOCK, subject: "airlock.v1.req.>" } }`,
 		`{ service: { account: AIRLOCK, subject: "$JS.API.DIRECT.GET.AIRLOCK_OPS.>" } }`,
 		`{ stream: { account: AIRLOCK, subject: "airlock.v1.reply.>" } }`,
-		`{ stream: { account: AIRLOCK, subject: "airlock.v1.op.>" } }`,
-		`{ stream: { account: AIRLOCK, subject: "airlock.v1.rejected.>" } }`,
-		`{ stream: { account: AIRLOCK, subject: "airlock.v1.sys.>" } }`,
+		`{ stream: { account: AIRLOCK, subject: "airlock.v1.live.>" } }`,
 		"# agent (agent)\n",
 	} {
 		assert.Contains(t, conf, want)
 	}
+	// Nothing else crosses as a stream: not the requests, not what is
+	// published on AIRLOCK_OPS's subjects before it is stored.
+	assert.Equal(t, 2, strings.Count(conf, "{ stream: \""), "stream exports")
+	assert.Equal(t, 2, strings.Count(conf, "{ stream: { account: AIRLOCK,"), "stream imports")
 	assert.Equal(t, conf, set.ServerConfig(), "the same every time")
 }

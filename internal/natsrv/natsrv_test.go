@@ -97,7 +97,7 @@ func TestDeployConfigMatchesGenerated(t *testing.T) {
 		assert.Equal(t, want.Exports, got.Exports, acc)
 		assert.Equal(t, want.Imports, got.Imports, acc)
 	}
-	assert.Len(t, accountz(t, embedded, authority.ServiceAccount).Exports, 2)
+	assert.Len(t, accountz(t, embedded, authority.ServiceAccount).Exports, 3)
 	var fromService int
 	for _, im := range accountz(t, embedded, authority.ClientAccount).Imports {
 		if im.Account == authority.ServiceAccount {

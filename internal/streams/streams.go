@@ -102,6 +102,8 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 		AllowDirect: true,
 		DenyPurge:   true,
 		DenyDelete:  true,
+		// Every stored message again, for watchers (events.LivePrefix).
+		RePublish: &jetstream.RePublish{Source: events.SubjectRoot + ".>", Destination: events.LiveSubjects},
 	}
 }
 
@@ -163,5 +165,12 @@ func same(have, want jetstream.StreamConfig) bool {
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates &&
 		have.MaxMsgSize == want.MaxMsgSize && have.Discard == want.Discard &&
 		have.AllowDirect == want.AllowDirect && have.DenyPurge == want.DenyPurge &&
-		have.DenyDelete == want.DenyDelete
+		have.DenyDelete == want.DenyDelete && sameRePublish(have.RePublish, want.RePublish)
+}
+
+func sameRePublish(a, b *jetstream.RePublish) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

@@ -6,17 +6,22 @@
 //
 // Airlock appends op events on airlock.v1.op.<ws>.<op>.<tool>.<verb>,
 // rejections on airlock.v1.rejected.<ws> and its records on
-// airlock.v1.sys.> to AIRLOCK_OPS. Approvers, operators and auditors
-// receive them as they are appended through the stream imports of the
-// clients account (docs/authority.md); [Subjects] names the
-// subscriptions, optionally for one workspace. [Decode] makes an [Event]
-// of each message. None of them carries arguments or results, only their
-// digests and sizes, so neither does an Event.
+// airlock.v1.sys.> to AIRLOCK_OPS, which republishes each message once
+// stored on airlock.v1.live.<the same subject after airlock.v1.>, with
+// its sequence and stored time in headers. Approvers, operators and
+// auditors receive those through the stream import of the clients account
+// (docs/authority.md): what the stream stored, never an append it
+// refused. [Subjects] names the subscriptions, optionally for one
+// workspace; [Republished] reads the server's headers; [Decode] makes an
+// [Event] of each message. None of them carries arguments or results,
+// only their digests and sizes, so neither does an Event.
 //
-// A message that does not decode, or that is not what its subject says
-// (another op's event, a stored copy sent as the answer to a direct get),
-// becomes an Event of kind [Undecodable] with the error: it is shown, not
-// dropped, and never stops the watch.
+// A message that is not one the stream republished (an answer a client
+// aimed at a live subject, a stored copy sent as the answer to a direct
+// get), that does not decode, or that is not what its subject says
+// (another op's event) becomes an Event of kind [Undecodable] with the
+// error: it is shown, not dropped, never stops the watch, and never
+// counts as an outcome.
 //
 // # Output
 //

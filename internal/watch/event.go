@@ -2,10 +2,12 @@ package watch
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,23 +29,68 @@ const (
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Subjects are the subscriptions that receive every event of workspace ws,
-// or of every workspace when ws is "". For one workspace: its op events,
+// or of every workspace when ws is "", as AIRLOCK_OPS republishes them
+// once stored (events.LivePrefix). For one workspace: its op events,
 // rejections and mode controls, and the policy loads, which hold for
 // every workspace. The caller owns the slice.
 func Subjects(ws string) []string {
 	if ws == "" {
-		return []string{events.OpSubjects, events.RejectedSubjects, events.SysSubjects}
+		return []string{events.LiveSubjects}
 	}
-	return []string{events.SubjectRoot + ".op." + ws + ".>", events.RejectedSubject(ws), events.ModeSubject(ws), events.PolicySubject}
+	return []string{
+		events.LiveSubject(events.SubjectRoot + ".op." + ws + ".>"), events.LiveSubject(events.RejectedSubject(ws)),
+		events.LiveSubject(events.ModeSubject(ws)), events.LiveSubject(events.PolicySubject),
+	}
 }
+
+// Republished reads the headers the server puts on a message AIRLOCK_OPS
+// republishes once stored: its stream sequence, the subject it was stored
+// on, and when. ok is false for anything else that reaches a live
+// subject: an answer a client aimed there by naming it as its reply (no
+// stream headers, or a direct get's copy, which lacks Nats-Last-Sequence
+// or, in a batch, carries Nats-Num-Pending).
+func Republished(h nats.Header) (seq uint64, subject string, stored time.Time, ok bool) {
+	if h.Get(jetstream.StreamHeader) != streams.Ops || h.Get(lastSequenceHeader) == "" || h.Get(numPendingHeader) != "" {
+		return 0, "", time.Time{}, false
+	}
+	// Each once: the server adds its headers after those a message was
+	// stored with, so a request stored with forged ones (which an agent
+	// may publish) and fetched by direct get to a live subject carries
+	// two of each.
+	for _, k := range []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader, jetstream.TimeStampHeaer, lastSequenceHeader} {
+		if len(h.Values(k)) != 1 {
+			return 0, "", time.Time{}, false
+		}
+	}
+	seq, err := strconv.ParseUint(h.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil || seq == 0 {
+		return 0, "", time.Time{}, false
+	}
+	stored, err = time.Parse(time.RFC3339Nano, h.Get(jetstream.TimeStampHeaer))
+	if err != nil {
+		return 0, "", time.Time{}, false
+	}
+	subject = h.Get(jetstream.SubjectHeader)
+	return seq, subject, stored.UTC(), subject != ""
+}
+
+// Headers of republished messages and direct gets that jetstream does not
+// name.
+const (
+	lastSequenceHeader = "Nats-Last-Sequence"
+	numPendingHeader   = "Nats-Num-Pending"
+)
 
 // Event is one event as watch shows it: where and what, and the details
 // its type carries. Pointer and empty fields are those the type does not
 // carry. It marshals to the JSON form, with the time as TimeLayout.
 type Event struct {
-	// Time is the event's own time (its ce-time, set when it was
-	// appended), or when it arrived for an undecodable message.
+	// Time is when AIRLOCK_OPS stored the event, or when it arrived for a
+	// message that is not a stored one.
 	Time time.Time `json:"-"`
+	// Seq is the event's AIRLOCK_OPS sequence; 0 for a message that is
+	// not a stored one.
+	Seq uint64 `json:"seq,omitempty"`
 	// Type is the CloudEvents type; empty when undecodable.
 	Type events.Type `json:"type,omitempty"`
 	// Kind is what happened: the op event's verb (decided, held, granted,
@@ -107,18 +154,32 @@ func (e Event) MarshalJSON() ([]byte, error) {
 }
 
 // Terminal reports whether e ends its op or its request: a terminal op
-// event, a rejection. Undecodable messages count too, as something to
-// look at.
+// event, a rejection. Undecodable messages do not: anyone who may send a
+// request can aim its answer at a live subject, and such noise must not
+// push real outcomes out of view.
 func (e Event) Terminal() bool {
-	return e.State.Terminal() || e.Kind == Rejected || e.Kind == Undecodable
+	return e.State.Terminal() || e.Kind == Rejected
 }
 
-// Decode makes the Event of a message received on subject with header h
-// and body. received stands for the time of a message without one. A
-// message that is not an event, or not the event its subject names, is an
-// Undecodable Event with the reason; Decode never fails.
-func Decode(subject string, h nats.Header, body []byte, received time.Time) Event {
-	e := Event{Subject: subject, Time: received.UTC()}
+// Decode makes the Event of a message received on live subject with
+// header h and body. received stands for the time of a message that is
+// not a stored one. A message that is not an event AIRLOCK_OPS stored, or
+// not the event its subject names, is an Undecodable Event with the
+// reason; Decode never fails.
+func Decode(live string, h nats.Header, body []byte, received time.Time) Event {
+	e := Event{Subject: live, Time: received.UTC()}
+	undecodable := func(format string, args ...any) Event {
+		e.Kind, e.Error = Undecodable, fmt.Sprintf(format, args...)
+		return e
+	}
+	seq, subject, stored, ok := Republished(h)
+	if !ok {
+		return undecodable("not a message AIRLOCK_OPS stored (an answer aimed at %s?)", live)
+	}
+	if events.LiveSubject(subject) != live {
+		return undecodable("stored on %s but republished on %s", subject, live)
+	}
+	e.Subject, e.Seq, e.Time = subject, seq, stored
 	// What the subject claims, shown even when the message is undecodable,
 	// as far as it names valid names: a subject is anybody's bytes.
 	if ws, op, tool, _, ok := events.OpSubjectParts(subject); ok && events.ValidName(ws) && events.ValidOpID(op) && events.ValidName(tool) {
@@ -128,25 +189,11 @@ func Decode(subject string, h nats.Header, body []byte, received time.Time) Even
 	} else if ws, ok := strings.CutPrefix(subject, events.SubjectRoot+".sys.mode."); ok && events.ValidName(ws) {
 		e.Workspace = ws
 	}
-	undecodable := func(format string, args ...any) Event {
-		e.Kind, e.Error = Undecodable, fmt.Sprintf(format, args...)
-		return e
-	}
-	// A live event arrives as it was appended. A direct get's answer,
-	// sent to an event subject as its reply, is a stored copy and says so.
-	if s := h.Get(jetstream.StreamHeader); s != "" {
-		return undecodable("a copy of a message stored in %s, not a live event", s)
-	}
 	typ, _, data, err := events.DecodeStored(h, body)
 	if err != nil {
 		return undecodable("%v", err)
 	}
 	e.Type = typ
-	if raw := h.Get(events.HeaderPrefix + "time"); raw != "" {
-		if t, err := time.Parse(time.RFC3339Nano, raw); err == nil {
-			e.Time = t.UTC()
-		}
-	}
 	if hdr, ok := events.IsOpEvent(data); ok {
 		_, _, _, verb, _ := events.OpSubjectParts(subject)
 		if e.OpID == "" || e.Workspace != hdr.Workspace || e.OpID != hdr.OpID || verb != typ.Short() {

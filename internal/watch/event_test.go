@@ -2,6 +2,7 @@ package watch_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,21 +16,64 @@ import (
 )
 
 const (
-	opA  = "op_0123456789abcdef0123456789abcdef"
-	opB  = "op_fedcba9876543210fedcba9876543210"
-	when = "2026-03-04T05:06:07.089123Z"
+	opA = "op_0123456789abcdef0123456789abcdef"
+	opB = "op_fedcba9876543210fedcba9876543210"
+	// when is the ce-time of the events msg builds, set when they were
+	// appended: never what watch shows, which is when they were stored.
+	when = "2026-03-04T05:06:05.5Z"
+	// storedStamp is when AIRLOCK_OPS stored them, as the server writes
+	// it in Nats-Time-Stamp.
+	storedStamp = "2026-03-04T05:06:07.089123Z"
 )
 
-var received = time.Date(2026, 3, 4, 5, 6, 8, 0, time.UTC)
+var (
+	received = time.Date(2026, 3, 4, 5, 6, 8, 0, time.UTC)
+	stored   = time.Date(2026, 3, 4, 5, 6, 7, 89123000, time.UTC)
+)
 
-// msg is an event of type t with data, as Airlock appends it on subject,
-// with ce-time when.
-func msg(t *testing.T, subject string, typ events.Type, data any) *nats.Msg {
+// ops numbers what republish stores, as AIRLOCK_OPS does: a sequence for
+// the stream and the last sequence of each subject. It starts high so that
+// a sequence is never a small number by chance.
+var ops = struct {
+	seq  uint64
+	last map[string]uint64
+}{seq: 1000, last: map[string]uint64{}}
+
+// republish is m as the server republishes it once AIRLOCK_OPS stored it
+// as its next message: on the live subject of m's subject, with m's
+// headers and the stream's (named here by hand, not by the constants the
+// code uses). It returns the message and its sequence.
+func republish(m *nats.Msg) (*nats.Msg, uint64) {
+	ops.seq++
+	h := nats.Header{}
+	for k, v := range m.Header {
+		h[k] = append([]string(nil), v...)
+	}
+	h.Set("Nats-Stream", "AIRLOCK_OPS")
+	h.Set("Nats-Subject", m.Subject)
+	h.Set("Nats-Sequence", strconv.FormatUint(ops.seq, 10))
+	h.Set("Nats-Time-Stamp", storedStamp)
+	h.Set("Nats-Last-Sequence", strconv.FormatUint(ops.last[m.Subject], 10))
+	ops.last[m.Subject] = ops.seq
+	return &nats.Msg{Subject: events.LiveSubject(m.Subject), Header: h, Data: m.Data}, ops.seq
+}
+
+// appended is an event of type t with data as Airlock appends it on
+// subject, with ce-time when.
+func appended(t *testing.T, subject string, typ events.Type, data any) *nats.Msg {
 	t.Helper()
 	ev, err := events.NewEvent(typ, "airlock/test", "", data)
 	require.NoError(t, err)
 	m := events.Encode(subject, ev)
 	m.Header.Set(events.HeaderPrefix+"time", when)
+	return m
+}
+
+// msg is an event of type t with data, appended on subject, as watchers
+// receive it once stored: republished.
+func msg(t *testing.T, subject string, typ events.Type, data any) *nats.Msg {
+	t.Helper()
+	m, _ := republish(appended(t, subject, typ, data))
 	return m
 }
 
@@ -100,10 +144,18 @@ func TestDecodeEveryKind(t *testing.T) {
 			line: `2026-03-04T05:06:07.089Z -            -                                   -            policy.loaded hash=sha256:aa previous=sha256:bb source=/etc/airlock/policy.yaml warnings=1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := msg(t, tc.subject, tc.typ, tc.data)
+			m, seq := republish(appended(t, tc.subject, tc.typ, tc.data))
+			require.Equal(t, events.LiveSubject(tc.subject), m.Subject)
+			gotSeq, gotSubject, gotStored, ok := watch.Republished(m.Header)
+			require.True(t, ok, "stored and republished")
+			assert.Equal(t, seq, gotSeq)
+			assert.Equal(t, tc.subject, gotSubject)
+			assert.Equal(t, stored, gotStored)
 			got := watch.Decode(m.Subject, m.Header, m.Data, received)
 			want := tc.want
-			want.Time = time.Date(2026, 3, 4, 5, 6, 7, 89123000, time.UTC)
+			// When it was stored, not its ce-time nor when it arrived;
+			// and the subject it was stored on.
+			want.Time, want.Seq = stored, seq
 			want.Type, want.Subject = tc.typ, tc.subject
 			if _, op, tool, _, ok := events.OpSubjectParts(tc.subject); ok {
 				want.Workspace, want.OpID, want.Tool = "demo", op, tool
@@ -124,31 +176,65 @@ func TestDecodeUndecodable(t *testing.T) {
 	completed := func(ws, op string) any {
 		return &events.Completed{OpHeader: hdr(ws, op), Attempt: "a", ResultDigest: "sha256:00"}
 	}
-	stored := msg(t, opSubject, events.TypeCompleted, completed("demo", opA))
-	stored.Header.Set("Nats-Stream", "AIRLOCK_OPS")
-	stored.Header.Set("Nats-Sequence", "7")
+	// kept is m republished once AIRLOCK_OPS stored it.
+	kept := func(m *nats.Msg) *nats.Msg {
+		r, _ := republish(m)
+		return r
+	}
+	// copyOf is the valid completed event of opA as a direct get sends it
+	// to the reply a client named, the live subject of the event's own:
+	// the stream's headers, without those of a republished message.
+	copyOf := func(extra map[string]string) *nats.Msg {
+		m := appended(t, opSubject, events.TypeCompleted, completed("demo", opA))
+		m.Subject = events.LiveSubject(opSubject)
+		m.Header.Set("Nats-Stream", "AIRLOCK_OPS")
+		m.Header.Set("Nats-Subject", opSubject)
+		m.Header.Set("Nats-Sequence", "7")
+		m.Header.Set("Nats-Time-Stamp", storedStamp)
+		for k, v := range extra {
+			m.Header.Set(k, v)
+		}
+		return m
+	}
+	// tampered is the valid completed event of opA as republished, with
+	// its headers changed by change.
+	tampered := func(change func(nats.Header)) *nats.Msg {
+		m := msg(t, opSubject, events.TypeCompleted, completed("demo", opA))
+		change(m.Header)
+		return m
+	}
+	// misrouted is a valid republished event of opA delivered on live.
+	misrouted := func(subject, live string) *nats.Msg {
+		m := msg(t, subject, events.TypeCompleted, completed("demo", opA))
+		m.Subject = live
+		return m
+	}
+	const notStored = "not a message AIRLOCK_OPS stored"
 	for _, tc := range []struct {
-		name    string
-		m       *nats.Msg
-		ws, op  string // the columns the subject fills
-		tool    string
-		errPart string
+		name string
+		m    *nats.Msg
+		// forged: not a message AIRLOCK_OPS stored, or not on its live
+		// subject; republished: Republished takes its headers for the
+		// server's all the same (a message on another live subject).
+		forged, republished bool
+		ws, op              string // the columns the stored subject fills
+		tool                string
+		errPart             string
 	}{
-		{name: "no headers", m: &nats.Msg{Subject: opSubject, Data: []byte("not an event")},
+		// Stored, as the stream stores whatever the service publishes on
+		// its subjects, but not a valid event for its subject.
+		{name: "no headers", m: kept(&nats.Msg{Subject: opSubject, Data: []byte("not an event")}),
 			ws: "demo", op: opA, tool: "echo", errPart: "not a CloudEvent"},
-		{name: "a query answer", m: &nats.Msg{Subject: events.RejectedSubject("demo"), Data: []byte(`{"ops":[]}`)},
-			ws: "demo", errPart: "not a CloudEvent"},
 		{name: "data that does not decode", m: func() *nats.Msg {
-			m := msg(t, opSubject, events.TypeCompleted, completed("demo", opA))
+			m := appended(t, opSubject, events.TypeCompleted, completed("demo", opA))
 			m.Data = []byte(`{"result_bytes":"many"}`)
-			return m
+			return kept(m)
 		}(), ws: "demo", op: opA, tool: "echo", errPart: "completed data"},
 		{name: "an unknown type", m: func() *nats.Msg {
-			m := msg(t, opSubject, events.TypeCompleted, completed("demo", opA))
+			m := appended(t, opSubject, events.TypeCompleted, completed("demo", opA))
 			m.Header.Set(events.HeaderPrefix+"type", "dev.airlock.op.teleported.v1")
-			return m
+			return kept(m)
 		}(), ws: "demo", op: opA, tool: "echo", errPart: "UNKNOWN_EVENT_TYPE"},
-		{name: "a stored copy", m: stored, ws: "demo", op: opA, tool: "echo", errPart: "a copy of a message stored in AIRLOCK_OPS"},
 		{name: "another op's event", m: msg(t, opSubject, events.TypeCompleted, completed("demo", opB)),
 			ws: "demo", op: opA, tool: "echo", errPart: "on another subject"},
 		{name: "another workspace's event", m: msg(t, opSubject, events.TypeCompleted, completed("prod", opA)),
@@ -163,28 +249,93 @@ func TestDecodeUndecodable(t *testing.T) {
 			ws: "demo", errPart: "a set event on"},
 		{name: "a policy on a mode subject", m: msg(t, events.ModeSubject("demo"), events.TypePolicyLoaded, &events.PolicyLoaded{Hash: "h"}),
 			ws: "demo", errPart: "a loaded event on"},
-		{name: "escapes in the subject", m: &nats.Msg{Subject: "airlock.v1.op.\x1b[2J.op_x.echo.completed", Data: []byte("\x1b[31m")},
+		{name: "escapes in the subject", m: kept(&nats.Msg{Subject: "airlock.v1.op.\x1b[2J.op_x.echo.completed", Data: []byte("\x1b[31m")}),
 			errPart: "not a CloudEvent"},
 		{name: "a bad op id", m: msg(t, "airlock.v1.op.demo.op_x.echo.completed", events.TypeCompleted, completed("demo", "op_x")),
 			ws: "", errPart: "on another subject"},
+
+		// Not stored: what a client aims at a live subject by naming it
+		// as its reply, and what anyone else publishes there.
+		{name: "a query answer", m: &nats.Msg{Subject: events.LiveSubject(events.RejectedSubject("demo")), Data: []byte(`{"ops":[]}`)},
+			forged: true, errPart: notStored},
+		{name: "a plain publish of a valid event", m: func() *nats.Msg {
+			m := appended(t, opSubject, events.TypeCompleted, completed("demo", opA))
+			m.Subject = events.LiveSubject(opSubject)
+			return m
+		}(), forged: true, errPart: notStored},
+		{name: "a single direct get's copy", m: copyOf(nil), forged: true, errPart: notStored},
+		{name: "a direct get batch answer", m: copyOf(map[string]string{"Nats-Num-Pending": "0", "Nats-Last-Sequence": "3"}),
+			forged: true, errPart: notStored},
+		{name: "a direct get's end of batch", m: &nats.Msg{Subject: events.LiveSubject(opSubject), Header: nats.Header{
+			"Status": {"204"}, "Description": {"EOB"}, "Nats-Num-Pending": {"0"}, "Nats-Last-Sequence": {"7"},
+		}}, forged: true, errPart: notStored},
+		// A request an agent stored with forged republish headers, fetched
+		// by direct get to a live subject: the server's headers follow
+		// the forged ones.
+		{name: "forged headers before a direct get's", m: tampered(func(h nats.Header) {
+			for k, v := range map[string]string{"Nats-Stream": "AIRLOCK_REQUESTS", "Nats-Subject": "airlock.v1.req.demo.agent", "Nats-Sequence": "3", "Nats-Time-Stamp": storedStamp} {
+				h.Add(k, v)
+			}
+		}), forged: true, errPart: notStored},
+		{name: "a second last sequence", m: tampered(func(h nats.Header) { h.Add("Nats-Last-Sequence", "9") }),
+			forged: true, errPart: notStored},
+		{name: "another stream's name", m: tampered(func(h nats.Header) { h.Set("Nats-Stream", "AIRLOCK_REQUESTS") }),
+			forged: true, errPart: notStored},
+		{name: "no stream", m: tampered(func(h nats.Header) { h.Del("Nats-Stream") }), forged: true, errPart: notStored},
+		{name: "no sequence", m: tampered(func(h nats.Header) { h.Del("Nats-Sequence") }), forged: true, errPart: notStored},
+		{name: "sequence 0", m: tampered(func(h nats.Header) { h.Set("Nats-Sequence", "0") }), forged: true, errPart: notStored},
+		{name: "a sequence that is not a number", m: tampered(func(h nats.Header) { h.Set("Nats-Sequence", "-7") }), forged: true, errPart: notStored},
+		{name: "no time stamp", m: tampered(func(h nats.Header) { h.Del("Nats-Time-Stamp") }), forged: true, errPart: notStored},
+		{name: "a time stamp that is not one", m: tampered(func(h nats.Header) { h.Set("Nats-Time-Stamp", "yesterday") }), forged: true, errPart: notStored},
+		{name: "no stored subject", m: tampered(func(h nats.Header) { h.Del("Nats-Subject") }), forged: true, errPart: notStored},
+		{name: "escapes in a live subject", m: &nats.Msg{Subject: "airlock.v1.live.op.\x1b[2J.op_x.echo.completed", Data: []byte("\x1b[31m")},
+			forged: true, errPart: notStored},
+		{name: "a live subject that does not match Nats-Subject",
+			m:      misrouted(opSubject, events.LiveSubject(events.OpEventSubject("demo", opB, "echo", events.TypeCompleted))),
+			forged: true, republished: true,
+			errPart: "stored on " + opSubject + " but republished on " + events.LiveSubject(events.OpEventSubject("demo", opB, "echo", events.TypeCompleted))},
+		{name: "an op subject itself", m: misrouted(opSubject, opSubject), forged: true, republished: true,
+			errPart: "stored on " + opSubject + " but republished on " + opSubject},
+		{name: "escapes in a forged stored subject", m: misrouted("airlock.v1.op.\x1b[2J.op_x.echo.completed", events.LiveSubject(opSubject)),
+			forged: true, republished: true, errPart: "\x1b[2J"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			seq, subject, at, ok := watch.Republished(tc.m.Header)
+			assert.Equal(t, !tc.forged || tc.republished, ok, "Republished")
 			got := watch.Decode(tc.m.Subject, tc.m.Header, tc.m.Data, received)
 			assert.Equal(t, watch.Undecodable, got.Kind)
-			assert.Equal(t, tc.m.Subject, got.Subject)
+			assert.Empty(t, got.Type)
+			if tc.forged {
+				// Shown as it arrived: where, when, and nothing its
+				// headers claim.
+				assert.Equal(t, tc.m.Subject, got.Subject)
+				assert.Equal(t, received, got.Time, "arrival time")
+				assert.Zero(t, got.Seq)
+			} else {
+				// Shown as stored: the subject, time and sequence the
+				// stream gave it.
+				require.True(t, ok)
+				assert.Equal(t, tc.m.Header.Get("Nats-Subject"), got.Subject)
+				assert.Equal(t, events.LiveSubject(got.Subject), tc.m.Subject)
+				assert.Equal(t, subject, got.Subject)
+				assert.Equal(t, stored, got.Time, "stored time")
+				assert.Equal(t, stored, at)
+				assert.Equal(t, tc.m.Header.Get("Nats-Sequence"), strconv.FormatUint(got.Seq, 10))
+				assert.Equal(t, seq, got.Seq)
+			}
 			assert.Equal(t, tc.ws, got.Workspace)
 			assert.Equal(t, tc.op, got.OpID)
 			assert.Equal(t, tc.tool, got.Tool)
 			assert.Contains(t, got.Error, tc.errPart)
 			assert.Empty(t, got.State)
-			assert.True(t, got.Terminal(), "shown among the outcomes")
+			assert.False(t, got.Terminal(), "never among the outcomes: anyone may aim an answer at a live subject")
 			line := watch.Line(got)
 			assert.Contains(t, line, " undecodable ")
 			assert.Contains(t, line, "subject=")
 			assertPrintable(t, line)
-			if tc.m.Header.Get(events.HeaderPrefix+"time") == "" {
-				assert.Equal(t, received, got.Time, "arrival time when it has none")
-			}
+			body, err := json.Marshal(got)
+			require.NoError(t, err)
+			assert.Equal(t, !tc.forged, strings.Contains(string(body), `"seq":`), string(body))
 		})
 	}
 }
@@ -199,13 +350,13 @@ func assertPrintable(t *testing.T, s string) {
 func TestEventJSON(t *testing.T) {
 	n, ms := 17, int64(12)
 	e := watch.Event{
-		Time: time.Date(2026, 3, 4, 5, 6, 7, 89123000, time.FixedZone("x", 3600)),
+		Time: time.Date(2026, 3, 4, 5, 6, 7, 89123000, time.FixedZone("x", 3600)), Seq: 1042,
 		Type: events.TypeCompleted, Kind: "completed", Subject: events.OpEventSubject("demo", opA, "echo", events.TypeCompleted),
 		Workspace: "demo", OpID: opA, Tool: "echo", State: events.StateCompleted, Attempt: "a1", DurationMS: &ms, ResultBytes: &n,
 	}
 	body, err := json.Marshal(e)
 	require.NoError(t, err)
-	assert.Equal(t, `{"time":"2026-03-04T04:06:07.089Z","type":"dev.airlock.op.completed.v1","event":"completed",`+
+	assert.Equal(t, `{"time":"2026-03-04T04:06:07.089Z","seq":1042,"type":"dev.airlock.op.completed.v1","event":"completed",`+
 		`"subject":"airlock.v1.op.demo.`+opA+`.echo.completed","workspace":"demo","op_id":"`+opA+`","tool":"echo",`+
 		`"state":"completed","attempt":"a1","duration_ms":12,"result_bytes":17}`, string(body))
 
@@ -215,17 +366,41 @@ func TestEventJSON(t *testing.T) {
 }
 
 func TestSubjects(t *testing.T) {
-	assert.Equal(t, []string{"airlock.v1.op.>", "airlock.v1.rejected.>", "airlock.v1.sys.>"}, watch.Subjects(""))
-	assert.Equal(t, []string{"airlock.v1.op.demo.>", "airlock.v1.rejected.demo", "airlock.v1.sys.mode.demo", "airlock.v1.sys.policy"}, watch.Subjects("demo"))
+	// What AIRLOCK_OPS republishes once stored, never the subjects it
+	// stores on, where anyone's publish or aimed answer would show.
+	assert.Equal(t, []string{"airlock.v1.live.>"}, watch.Subjects(""))
+	assert.Equal(t, []string{"airlock.v1.live.op.demo.>", "airlock.v1.live.rejected.demo", "airlock.v1.live.sys.mode.demo", "airlock.v1.live.sys.policy"}, watch.Subjects("demo"))
+	assert.Equal(t, events.LiveSubjects, watch.Subjects("")[0])
+	for _, s := range watch.Subjects("demo") {
+		assert.True(t, strings.HasPrefix(s, events.LivePrefix), s)
+	}
 }
 
 func FuzzDecode(f *testing.F) {
-	f.Add("airlock.v1.op.demo."+opA+".echo.completed", "1.0", string(events.TypeCompleted), when, []byte(`{"op_id":"`+opA+`","workspace":"demo"}`))
-	f.Add("airlock.v1.rejected._", "1.0", string(events.TypeRejected), "", []byte(`{"code":"INVALID_EVENT","message":"a\u001bb"}`))
-	f.Add("airlock.v1.sys.policy", "1.0", string(events.TypePolicyLoaded), "bad time", []byte(`{"hash":"x y"}`))
-	f.Add("airlock.v1.sys.mode.demo", "", "", "", []byte("\x00\xff"))
-	f.Fuzz(func(t *testing.T, subject, spec, typ, ceTime string, body []byte) {
+	opSubject := "airlock.v1.op.demo." + opA + ".echo.completed"
+	opBody := []byte(`{"op_id":"` + opA + `","workspace":"demo"}`)
+	// As republished.
+	f.Add(events.LiveSubject(opSubject), "AIRLOCK_OPS", opSubject, "7", storedStamp, "0", "", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Add("airlock.v1.live.rejected._", "AIRLOCK_OPS", "airlock.v1.rejected._", "8", storedStamp, "3", "", "1.0", string(events.TypeRejected), "", []byte(`{"code":"INVALID_EVENT","message":"a\u001bb"}`))
+	f.Add("airlock.v1.live.sys.policy", "AIRLOCK_OPS", "airlock.v1.sys.policy", "9", "bad time", "0", "", "1.0", string(events.TypePolicyLoaded), "bad time", []byte(`{"hash":"x y"}`))
+	f.Add("airlock.v1.live.sys.mode.demo", "AIRLOCK_OPS", "airlock.v1.sys.mode.demo", "10", storedStamp, "0", "", "", "", "", []byte("\x00\xff"))
+	// A direct get's copy, single and in a batch; another stream's; on
+	// another live subject; a plain publish.
+	f.Add(events.LiveSubject(opSubject), "AIRLOCK_OPS", opSubject, "7", storedStamp, "", "", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Add(events.LiveSubject(opSubject), "AIRLOCK_OPS", opSubject, "7", storedStamp, "0", "0", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Add(events.LiveSubject(opSubject), "AIRLOCK_REQUESTS", opSubject, "7", storedStamp, "0", "", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Add("airlock.v1.live.sys.\x1b[2J", "AIRLOCK_OPS", opSubject, "7", storedStamp, "0", "", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Add(events.LiveSubject(opSubject), "", "", "", "", "", "", "1.0", string(events.TypeCompleted), when, opBody)
+	f.Fuzz(func(t *testing.T, live, stream, subject, seq, stamp, last, pending, spec, typ, ceTime string, body []byte) {
 		h := nats.Header{}
+		for k, v := range map[string]string{
+			"Nats-Stream": stream, "Nats-Subject": subject, "Nats-Sequence": seq, "Nats-Time-Stamp": stamp,
+			"Nats-Last-Sequence": last, "Nats-Num-Pending": pending,
+		} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
 		if spec != "" {
 			h.Set(events.HeaderPrefix+"specversion", spec)
 			h.Set(events.HeaderPrefix+"type", typ)
@@ -233,10 +408,27 @@ func FuzzDecode(f *testing.F) {
 			h.Set(events.HeaderPrefix+"source", "s")
 			h.Set(events.HeaderPrefix+"time", ceTime)
 		}
-		e := watch.Decode(subject, h, body, received)
+		n, storedOn, at, ok := watch.Republished(h)
+		if stream != "AIRLOCK_OPS" || subject == "" || seq == "" || stamp == "" || last == "" || pending != "" {
+			require.False(t, ok, "not republished by AIRLOCK_OPS")
+		}
+		e := watch.Decode(live, h, body, received)
 		require.NotEmpty(t, e.Kind)
+		if ok && events.LiveSubject(storedOn) == live {
+			require.NotZero(t, n)
+			require.Equal(t, n, e.Seq)
+			require.Equal(t, storedOn, e.Subject)
+			require.Equal(t, at, e.Time)
+		} else {
+			require.Equal(t, watch.Undecodable, e.Kind)
+			require.Zero(t, e.Seq)
+			require.Equal(t, live, e.Subject)
+			require.Equal(t, received, e.Time)
+			require.Empty(t, e.Workspace+e.OpID+e.Tool)
+		}
 		if e.Kind == watch.Undecodable {
 			require.NotEmpty(t, e.Error)
+			require.False(t, e.Terminal())
 		}
 		line := watch.Line(e)
 		require.NotContains(t, line, "\n")

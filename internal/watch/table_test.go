@@ -51,7 +51,7 @@ func outcome(at time.Duration, ws, op, tool, kind string, mutate func(*watch.Eve
 }
 
 // fixture is a table with two holds and outcomes of every kind, seen at
-// now.
+// now, and an undecodable message: counted, not an outcome.
 func fixture() (*watch.Table, time.Time) {
 	now := start.Add(5*time.Minute + 30*time.Second)
 	tbl := watch.NewTable("nats://127.0.0.1:4222", "", start)
@@ -134,8 +134,18 @@ func TestTableKeepsTheNewestOutcomes(t *testing.T) {
 		assert.True(t, changesHolds, "an expiry ends a hold")
 	}
 	assert.False(t, tbl.Add(watch.Event{Kind: "claimed", State: events.StateExecuting}))
+	// Undecodable messages, which anyone who may send a request can aim
+	// at a live subject, are counted but push no outcome out of view.
+	for i := range 2 * watch.MaxRecent {
+		assert.False(t, tbl.Add(outcome(time.Hour+time.Duration(i)*time.Second, "demo", fmt.Sprintf("op_%032x", 100+i), "echo", watch.Undecodable, func(e *watch.Event) {
+			e.State, e.Error = "", "not a message AIRLOCK_OPS stored"
+		})))
+	}
 	out := tbl.Render(start.Add(time.Hour), 0, 0)
 	assert.Contains(t, out, "expired 25")
+	assert.Contains(t, out, "  undecodable 40\n")
+	assert.NotContains(t, out, fmt.Sprintf("op_%032x", 100))
+	assert.NotContains(t, out, "AIRLOCK_OPS")
 	assert.Contains(t, out, "last 20 of at most 20")
 	assert.Contains(t, out, fmt.Sprintf("op_%032x", watch.MaxRecent+4))
 	assert.NotContains(t, out, fmt.Sprintf("op_%032x", 4))

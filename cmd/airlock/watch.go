@@ -168,6 +168,7 @@ func (w *watcher) dropped() int {
 func (w *watcher) lines(ctx context.Context, out, errOut io.Writer, asJSON bool) error {
 	bw := bufio.NewWriter(out)
 	dropped := 0
+	var last uint64 // the newest stream sequence shown
 	for {
 		select {
 		case <-ctx.Done():
@@ -183,6 +184,17 @@ func (w *watcher) lines(ctx context.Context, out, errOut io.Writer, asJSON bool)
 			fmt.Fprintln(errOut, "airlock:", s.text)
 		case m := <-w.msgs:
 			e := watch.Decode(m.Subject, m.Header, m.Data, time.Now())
+			if e.Seq != 0 {
+				switch {
+				case e.Seq <= last:
+					continue // already shown: a republish repeated (a new stream leader)
+				case last != 0 && e.Seq > last+1 && w.ws == "":
+					// Watching everything, every sequence comes by: a gap
+					// is events missed (dropped, or while disconnected).
+					fmt.Fprintf(errOut, "airlock: missed %d events (AIRLOCK_OPS %d to %d); airlock ops get shows where their ops stand\n", e.Seq-last-1, last+1, e.Seq-1)
+				}
+				last = e.Seq
+			}
 			if asJSON {
 				body, err := events.MarshalJSON(e)
 				if err != nil {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/watch"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -306,4 +309,62 @@ func TestWatchRefusedAndUsage(t *testing.T) {
 	}
 	_, stderr, code = run(t, "watch", "--server=nats://"+freePort(t))
 	assert.Equal(t, 1, code, stderr)
+}
+
+// republished is body as AIRLOCK_OPS republishes it once stored at seq on
+// subject.
+func republished(t *testing.T, seq uint64, subject string, typ events.Type, data any) *nats.Msg {
+	t.Helper()
+	body, err := events.MarshalJSON(data)
+	require.NoError(t, err)
+	ev, err := events.NewEventRaw(typ, "airlock/gate", "", fmt.Sprintf("id%d", seq), body)
+	require.NoError(t, err)
+	m := events.Encode(events.LiveSubject(subject), ev)
+	m.Header.Set("Nats-Stream", "AIRLOCK_OPS")
+	m.Header.Set("Nats-Subject", subject)
+	m.Header.Set("Nats-Sequence", fmt.Sprint(seq))
+	m.Header.Set("Nats-Time-Stamp", "2026-11-29T12:00:00.000000001Z")
+	m.Header.Set("Nats-Last-Sequence", "0")
+	return m
+}
+
+// Watching every workspace, a gap in the stream's sequences is reported
+// as missed events, and a repeated sequence is shown once; watching one
+// workspace, gaps are other workspaces' events and say nothing.
+func TestWatchReportsGapsAndRepeats(t *testing.T) {
+	policy := func(seq uint64) *nats.Msg {
+		return republished(t, seq, events.PolicySubject, events.TypePolicyLoaded,
+			&events.PolicyLoaded{Hash: "sha256:" + strings.Repeat("a", 64), Source: "built-in"})
+	}
+	for _, tc := range []struct {
+		ws         string
+		wantLines  int
+		wantStderr string
+	}{
+		{ws: "", wantLines: 3, wantStderr: "airlock: missed 2 events (AIRLOCK_OPS 3 to 4)"},
+		{ws: "demo", wantLines: 3},
+	} {
+		w := &watcher{ws: tc.ws, msgs: make(chan *nats.Msg, 8), conn: make(chan connState, 1)}
+		for _, seq := range []uint64{1, 2, 5, 5, 2} {
+			w.msgs <- policy(seq)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var out, errOut bytes.Buffer
+		done := make(chan error, 1)
+		go func() { done <- w.lines(ctx, &out, &errOut, true) }()
+		require.Eventually(t, func() bool { return len(w.msgs) == 0 }, 5*time.Second, 5*time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		require.NoError(t, <-done)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		assert.Len(t, lines, tc.wantLines, out.String())
+		for i, seq := range []string{`"seq":1`, `"seq":2`, `"seq":5`} {
+			assert.Contains(t, lines[i], seq)
+		}
+		if tc.wantStderr == "" {
+			assert.Empty(t, errOut.String())
+		} else {
+			assert.Contains(t, errOut.String(), tc.wantStderr)
+		}
+	}
 }

@@ -76,7 +76,11 @@ func (w *waiter) event(t events.Type, data any) {
 	}
 	if st := events.StateAfter(t); st != "" {
 		w.mu.Lock()
-		w.outcome.State = st
+		// A read of the stream that began before the terminal outcome
+		// arrived must not overwrite it.
+		if !w.closed {
+			w.outcome.State = st
+		}
 		w.mu.Unlock()
 	}
 }

@@ -63,3 +63,16 @@ func TestWaiterEndsOnAnExistingCompletedOp(t *testing.T) {
 	assert.Nil(t, o.Result)
 	assert.Equal(t, completedEvent().ResultDigest, o.ResultDigest)
 }
+
+// A read of the stream that began before the terminal reply arrived (the
+// op's claimed event) does not overwrite the outcome once it is final.
+func TestWaiterKeepsTheFinalOutcome(t *testing.T) {
+	w := newWaiter(waiterOp)
+	w.reply(events.Reply{OpID: waiterOp, State: events.StateAmbiguous, Code: events.CodeAmbiguous, Message: "no answer"})
+	w.event(events.TypeClaimed, &events.Claimed{OpHeader: events.OpHeader{OpID: waiterOp, Workspace: "w"}, Attempt: "a"})
+	o, err, done := w.result()
+	assert.True(t, done)
+	assert.NoError(t, err)
+	assert.Equal(t, events.StateAmbiguous, o.State)
+	assert.Equal(t, events.CodeAmbiguous, o.Code)
+}

@@ -187,7 +187,14 @@ func (w *watcher) lines(ctx context.Context, out, errOut io.Writer, asJSON bool)
 			if e.Seq != 0 {
 				switch {
 				case e.Seq <= last:
-					continue // already shown: a republish repeated (a new stream leader)
+					// Already shown: a republish repeated (a new stream
+					// leader). What is buffered still goes out.
+					if len(w.msgs) == 0 {
+						if err := bw.Flush(); err != nil {
+							return err
+						}
+					}
+					continue
 				case last != 0 && e.Seq > last+1 && w.ws == "":
 					// Watching everything, every sequence comes by: a gap
 					// is events missed (dropped, or while disconnected).

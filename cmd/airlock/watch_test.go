@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -349,11 +348,12 @@ func TestWatchReportsGapsAndRepeats(t *testing.T) {
 			w.msgs <- policy(seq)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		var out, errOut bytes.Buffer
+		out, errOut := &lockedBuffer{}, &lockedBuffer{}
 		done := make(chan error, 1)
-		go func() { done <- w.lines(ctx, &out, &errOut, true) }()
-		require.Eventually(t, func() bool { return len(w.msgs) == 0 }, 5*time.Second, 5*time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
+		go func() { done <- w.lines(ctx, out, errOut, true) }()
+		// Printed without waiting for another event, though the burst
+		// ends with repeats.
+		require.Eventually(t, func() bool { return strings.Count(out.String(), "\n") == tc.wantLines }, 5*time.Second, 5*time.Millisecond, out.String())
 		cancel()
 		require.NoError(t, <-done)
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")

@@ -174,6 +174,10 @@ func (a *App) ClientURL() string {
 	return a.Conn.ConnectedUrlRedacted()
 }
 
+// shutdownWait bounds how long a failed Start waits for the parts it
+// started to stop.
+const shutdownWait = 30 * time.Second
+
 // Start brings Airlock up and returns once every part runs.
 func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Validate(); err != nil {
@@ -184,6 +188,16 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	a := &App{done: make(chan struct{}), cfg: cfg}
 	if err := a.start(ctx, cfg); err != nil {
+		if a.cancel != nil {
+			// The parts run (start gave up waiting for the gate): stop
+			// them before their connection and store close under them.
+			a.cancel()
+			select {
+			case <-a.done:
+			case <-time.After(shutdownWait):
+				cfg.Logger.Error("parts still running after a failed start; closing anyway")
+			}
+		}
 		a.close()
 		return nil, err
 	}

@@ -105,7 +105,7 @@ func settle(t *testing.T, a *app.App, ops []string) {
 		if pending, err := a.Store.PendingScrubs(10); err != nil || len(pending) != 0 {
 			return false
 		}
-		_, lag, err := a.Metrics.ProjectorLag(ctx)
+		_, _, lag, err := a.Metrics.ProjectorLag(ctx)
 		return err == nil && lag == 0
 	}, 20*time.Second, 20*time.Millisecond)
 }
@@ -304,7 +304,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 	assert.Equal(t, []string{metrics.CheckRunning, metrics.CheckJetStream, metrics.CheckProjector, metrics.CheckAudit}, names)
 
-	_, lag, err := a.Metrics.ProjectorLag(ctxT(t))
+	_, _, lag, err := a.Metrics.ProjectorLag(ctxT(t))
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0), lag)
 }

@@ -53,20 +53,26 @@ func (m *Metrics) ready(ctx context.Context) Readiness {
 	} else {
 		add(CheckRunning, true, "")
 	}
-	last, lag, err := m.ProjectorLag(ctx)
-	switch applied := m.cfg.Projector.Applied(); {
+	last, applied, lag, err := m.ProjectorLag(ctx)
+	if err == nil && applied > last {
+		// The stream lost its tail (a power loss without --fsync always,
+		// a restored backup): the projection holds what it no longer
+		// does, and the events stored under those sequences again will
+		// never be applied. That stays true once the stream has caught
+		// up, so it is remembered until the process restarts.
+		d := fmt.Sprintf("applied %d is beyond the stream's last sequence %d: the stream lost messages the projection holds (see docs/operations.md)", applied, last)
+		m.ahead.CompareAndSwap(nil, &d)
+	}
+	switch ahead := m.ahead.Load(); {
 	case err != nil:
 		add(CheckJetStream, false, err.Error())
 		add(CheckProjector, false, "lag unknown: JetStream did not answer")
-	case applied > last:
-		// The stream lost its tail (a power loss without --fsync always,
-		// a restored backup): the projection holds what it no longer
-		// does, and the next events would be taken for ones applied.
+	case ahead != nil:
 		add(CheckJetStream, true, "")
-		add(CheckProjector, false, fmt.Sprintf("applied %d is beyond the stream's last sequence %d: the stream lost messages the projection holds (see docs/operations.md)", applied, last))
+		add(CheckProjector, false, *ahead)
 	default:
 		add(CheckJetStream, true, "")
-		detail := fmt.Sprintf("applied %d of %d (lag %d, bound %d)", last-lag, last, lag, m.cfg.MaxLag)
+		detail := fmt.Sprintf("applied %d of %d (lag %d, bound %d)", applied, last, lag, m.cfg.MaxLag)
 		add(CheckProjector, lag <= m.cfg.MaxLag, detail)
 	}
 	ok, detail := m.cfg.AuditStatus()

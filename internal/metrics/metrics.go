@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/projector"
@@ -83,6 +84,11 @@ type Metrics struct {
 	mu     sync.RWMutex
 	closed bool
 
+	// ahead is the first time the projection was seen ahead of its
+	// stream: the process stays not ready until it restarts (see
+	// Ready).
+	ahead atomic.Pointer[string]
+
 	anomalies prometheus.CounterFunc
 }
 
@@ -134,20 +140,24 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // ends.
 func (m *Metrics) Run(ctx context.Context) error { return m.adv.run(ctx) }
 
-// ProjectorLag returns the ops stream's last sequence and how far behind
-// it the projector is.
-func (m *Metrics) ProjectorLag(ctx context.Context) (last, lag uint64, err error) {
+// ProjectorLag returns the ops stream's last sequence, the projector's
+// applied sequence, and how far behind the first the second is (0 when
+// it is not behind). applied is read before the stream is asked, so that
+// it is never ahead of last unless the stream lost messages the
+// projection holds.
+func (m *Metrics) ProjectorLag(ctx context.Context) (last, applied, lag uint64, err error) {
+	applied = m.cfg.Projector.Applied()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	s, err := m.cfg.JetStream.Stream(ctx, streams.Ops)
 	if err != nil {
-		return 0, 0, err
+		return 0, applied, 0, err
 	}
 	last = s.CachedInfo().State.LastSeq
-	if applied := m.cfg.Projector.Applied(); applied < last {
+	if applied < last {
 		lag = last - applied
 	}
-	return last, lag, nil
+	return last, applied, lag, nil
 }
 
 // stateCollector reads, at each scrape, what the projection and the

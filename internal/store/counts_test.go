@@ -116,10 +116,19 @@ func TestCountsFollowBatchesAndReopen(t *testing.T) {
 	b.SetApplied(9)
 	require.NoError(t, b.Commit(true))
 	assert.Equal(t, want(99, 0, 2), st.Counts())
+	// A later batch whose counts stay at or above zero does not make them
+	// trusted again.
+	b = st.NewBatch()
+	op, err = b.Op(opID(2), false)
+	require.NoError(t, err)
+	require.NoError(t, op.Apply(&events.Claimed{OpHeader: events.OpHeader{OpID: opID(2), Workspace: "w"}, Attempt: "a"}, 10, at))
+	b.SetApplied(10)
+	require.NoError(t, b.Commit(true))
+	assert.Equal(t, want(98, 1, 2), st.Counts())
 	require.NoError(t, st.Close())
 	st, err = store.Open(dir)
 	require.NoError(t, err)
-	assert.Equal(t, want(3, 0, 2), st.Counts(), "counted again")
+	assert.Equal(t, want(2, 1, 2), st.Counts(), "counted again")
 	require.NoError(t, st.Close())
 }
 

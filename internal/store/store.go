@@ -49,9 +49,10 @@ type Store struct {
 	mu        sync.Mutex
 	live      map[string]events.Op
 	liveLimit int
-	// counts is the number of ops in each state (see counts.go); only
-	// Commit writes it.
-	counts map[events.State]int64
+	// counts is the number of ops in each state (see counts.go), and
+	// countsStale says a commit found them wrong; only Commit writes them.
+	counts      map[events.State]int64
+	countsStale bool
 
 	// app writes the audit tree; only batches use it, one at a time.
 	app            *audit.Appender
@@ -182,6 +183,8 @@ type Batch struct {
 	order   []string
 	applied uint64
 
+	countsStale bool // the counts were found wrong (see counts.go)
+
 	leaves          []pendingLeaf
 	checkpoint      *audit.Checkpoint
 	checkpointDelta int  // change to the count of stored checkpoints
@@ -295,11 +298,13 @@ func (b *Batch) commit(sync bool) error {
 		}
 		// The counts go with this sequence, unless one went below zero:
 		// then the next open counts again.
+		// Once wrong, they stay marked wrong until an open counts again.
+		b.countsStale = b.s.countsStale || !countsOK
 		var counted error
-		if countsOK {
-			counted = pb.Set(keyCounted, v[:], nil)
-		} else {
+		if b.countsStale {
 			counted = pb.Delete(keyCounted, nil)
+		} else {
+			counted = pb.Set(keyCounted, v[:], nil)
 		}
 		if counted != nil {
 			return counted
@@ -317,6 +322,7 @@ func (b *Batch) commit(sync bool) error {
 	for st, d := range delta {
 		b.s.counts[st] = max(0, b.s.counts[st]+d)
 	}
+	b.s.countsStale = b.s.countsStale || b.countsStale
 	for _, id := range b.order {
 		op := b.ops[id].op
 		_, cached := b.s.live[id]

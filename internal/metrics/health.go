@@ -38,10 +38,11 @@ func (m *Metrics) Ready(ctx context.Context) Readiness {
 		return Readiness{Checks: []Check{{Name: CheckRunning, Detail: "shutting down"}}}
 	}
 	defer m.mu.RUnlock()
-	return m.ready(ctx)
+	return m.readiness(m.readOps(ctx))
 }
 
-func (m *Metrics) ready(ctx context.Context) Readiness {
+// readiness runs the checks on a reading of the ops stream.
+func (m *Metrics) readiness(ops opsReading) Readiness {
 	var r Readiness
 	add := func(name string, ok bool, detail string) {
 		r.Checks = append(r.Checks, Check{Name: name, OK: ok, Detail: detail})
@@ -53,7 +54,7 @@ func (m *Metrics) ready(ctx context.Context) Readiness {
 	} else {
 		add(CheckRunning, true, "")
 	}
-	last, applied, lag, err := m.ProjectorLag(ctx)
+	last, applied, lag, err := ops.state.LastSeq, ops.applied, ops.lag(), ops.err
 	if err == nil && applied > last {
 		// The stream lost its tail (a power loss without --fsync always,
 		// a restored backup): the projection holds what it no longer

@@ -142,22 +142,41 @@ func (m *Metrics) Run(ctx context.Context) error { return m.adv.run(ctx) }
 
 // ProjectorLag returns the ops stream's last sequence, the projector's
 // applied sequence, and how far behind the first the second is (0 when
-// it is not behind). applied is read before the stream is asked, so that
-// it is never ahead of last unless the stream lost messages the
-// projection holds.
+// it is not behind).
 func (m *Metrics) ProjectorLag(ctx context.Context) (last, applied, lag uint64, err error) {
-	applied = m.cfg.Projector.Applied()
+	r := m.readOps(ctx)
+	return r.state.LastSeq, r.applied, r.lag(), r.err
+}
+
+// opsReading is the ops stream's state and the projector's applied
+// sequence, read in that order reversed: applied first, so that it is
+// never ahead of the stream's last sequence unless the stream lost
+// messages the projection holds.
+type opsReading struct {
+	state   jetstream.StreamState
+	applied uint64
+	err     error
+}
+
+func (r opsReading) lag() uint64 {
+	if r.err != nil || r.applied >= r.state.LastSeq {
+		return 0
+	}
+	return r.state.LastSeq - r.applied
+}
+
+// readOps takes an opsReading, with one JetStream request.
+func (m *Metrics) readOps(ctx context.Context) opsReading {
+	r := opsReading{applied: m.cfg.Projector.Applied()}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
 	s, err := m.cfg.JetStream.Stream(ctx, streams.Ops)
 	if err != nil {
-		return 0, applied, 0, err
+		r.err = err
+		return r
 	}
-	last = s.CachedInfo().State.LastSeq
-	if applied < last {
-		lag = last - applied
-	}
-	return last, applied, lag, nil
+	r.state = s.CachedInfo().State
+	return r
 }
 
 // stateCollector reads, at each scrape, what the projection and the
@@ -223,23 +242,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
-	for _, name := range []string{streams.Requests, streams.Ops} {
-		s, err := cfg.JetStream.Stream(ctx, name)
-		if err != nil {
-			continue // readiness says JetStream is unreachable
-		}
+	if s, err := cfg.JetStream.Stream(ctx, streams.Requests); err == nil {
 		st := s.CachedInfo().State
-		gauge(descLastSeq, float64(st.LastSeq), name)
-		gauge(descMessages, float64(st.Msgs), name)
-		if name == streams.Ops {
-			lag := uint64(0)
-			if applied := cfg.Projector.Applied(); applied < st.LastSeq {
-				lag = st.LastSeq - applied
-			}
-			gauge(descLag, float64(lag))
-		}
+		gauge(descLastSeq, float64(st.LastSeq), streams.Requests)
+		gauge(descMessages, float64(st.Msgs), streams.Requests)
 	}
-	gauge(descReady, b2f(m.ready(ctx).Ready))
+	ops := m.readOps(ctx)
+	if ops.err == nil { // else readiness says JetStream did not answer
+		gauge(descLastSeq, float64(ops.state.LastSeq), streams.Ops)
+		gauge(descMessages, float64(ops.state.Msgs), streams.Ops)
+		gauge(descLag, float64(ops.lag()))
+	}
+	gauge(descReady, b2f(m.readiness(ops).Ready))
 }
 
 func b2f(b bool) float64 {

@@ -22,7 +22,7 @@ import (
 
 // fill runs ops through a whole Airlock on n and stops it, leaving the
 // stream behind: completed, denied and rejected requests.
-func fill(t *testing.T, n *testenv.NATS, ops int) {
+func fill(t testing.TB, n *testenv.NATS, ops int) {
 	t.Helper()
 	a := testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]policy.WorkspaceSpec{"locked": {Mode: "locked"}}}})
 	c, nc := testenv.Client(t, a.ClientURL())
@@ -47,7 +47,7 @@ func fill(t *testing.T, n *testenv.NATS, ops int) {
 }
 
 // lastOpSeq is the sequence of the newest message the projector reads.
-func lastOpSeq(t *testing.T, n *testenv.NATS) uint64 {
+func lastOpSeq(t testing.TB, n *testenv.NATS) uint64 {
 	t.Helper()
 	st, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)

@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -69,8 +71,15 @@ type Result struct {
 	Efficiency float64 `json:"efficiency"`
 	P50MS      float64 `json:"p50_ms"`
 	P99MS      float64 `json:"p99_ms"`
-	Completed  int     `json:"completed"`
-	SyncAlways bool    `json:"sync_always"`
+	// CPUUSPerOp is the process's CPU time (user and system, every
+	// goroutine: server, Airlock and the benchmark's clients) during the
+	// pipeline phase, per op, in microseconds. On a busy machine it
+	// varies less than ops/s.
+	CPUUSPerOp float64 `json:"cpu_us_per_op"`
+	// CPUs is GOMAXPROCS during the run.
+	CPUs       int  `json:"cpus"`
+	Completed  int  `json:"completed"`
+	SyncAlways bool `json:"sync_always"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.
 	Holds     int     `json:"holds"`
@@ -201,6 +210,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	m := cfg.track(phase, cfg.Ops)
 	defer m.end()
+	cpu0 := processCPU()
 	start := time.Now()
 	for range cfg.Concurrency {
 		wg.Add(1)
@@ -231,10 +241,13 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	m.end()
 	if firstErr != nil {
 		return 0, 0, firstErr
 	}
+	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
+	res.CPUs = runtime.GOMAXPROCS(0)
 	res.Completed = int(completed.Load())
 	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()
 	slices.Sort(lat)
@@ -330,3 +343,12 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -106,7 +106,7 @@ func (d countDelta) move(from, to events.State) {
 // above zero. A count that would go below is written as zero: the counts
 // are then wrong (the caller makes the next open count again), which must
 // not stop the projection they describe.
-func writeCounts(pb *pebble.Batch, base map[events.State]int64, delta countDelta) bool {
+func writeCounts(pb writer, base map[events.State]int64, delta countDelta) bool {
 	ok := true
 	for _, st := range events.AllStates {
 		d, named := delta[st]

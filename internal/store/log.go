@@ -227,7 +227,7 @@ func (b *Batch) Checkpoint(k *audit.Key) (*audit.Checkpoint, error) {
 }
 
 // writeLog adds the batch's audit writes to pb.
-func (b *Batch) writeLog(pb *pebble.Batch) error {
+func (b *Batch) writeLog(pb writer) error {
 	for _, l := range b.leaves {
 		if err := pb.Set(indexKey(prefixLeaf, l.index), l.data, nil); err != nil {
 			return err
@@ -266,7 +266,7 @@ func (b *Batch) writeLog(pb *pebble.Batch) error {
 // it deletes the oldest stored ones beyond max - 1 and returns by how many
 // the count of stored checkpoints changes. The count is read once, then
 // kept (Batch.Commit applies the change), so a checkpoint costs no scan.
-func (s *Store) pruneCheckpoints(pb *pebble.Batch, max int, size int64) (delta int, err error) {
+func (s *Store) pruneCheckpoints(pb writer, max int, size int64) (delta int, err error) {
 	if s.checkpoints < 0 {
 		n := 0
 		if err := s.scan(prefixCheckpoint, 0, func(int64, []byte) error { n++; return nil }); err != nil {

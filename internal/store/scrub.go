@@ -30,7 +30,7 @@ var keyScrubIndexed = []byte("m/scrub-indexed")
 
 // markScrub is Commit's hook: it indexes the op of e for scrubbing when
 // this batch moves it into a terminal state.
-func markScrub(pb *pebble.Batch, e *entry) error {
+func markScrub(pb writer, e *entry) error {
 	if e.from.Terminal() || !e.op.State.Terminal() || e.op.RequestSeq == 0 {
 		return nil
 	}

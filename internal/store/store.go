@@ -253,8 +253,7 @@ func (b *Batch) Commit(sync bool) error {
 }
 
 func (b *Batch) commit(sync bool) error {
-	pb := b.s.db.NewBatch()
-	defer pb.Close()
+	pb := &sorted{w: make([]sortedWrite, 0, 8*len(b.order)+4*len(b.leaves)+8)}
 	delta := countDelta{}
 	for _, id := range b.order {
 		e := b.ops[id]
@@ -314,7 +313,12 @@ func (b *Batch) commit(sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
-	if err := pb.Commit(opts); err != nil {
+	pebbleBatch, err := pb.batch(b.s.db)
+	if err != nil {
+		return err
+	}
+	defer pebbleBatch.Close()
+	if err := pebbleBatch.Commit(opts); err != nil {
 		return err
 	}
 	b.s.mu.Lock()

@@ -19,8 +19,8 @@ type writer interface {
 // land next to each other and skip most of the search, where the order the
 // projector produces them in (an op, its index keys, its leaf, its hashes,
 // the next op) makes every insert a search from the top of a list of
-// millions of keys. Sorting cut the memtable's share of the pipeline's CPU
-// by more than half (see docs/adr/0012-projector-write-path.md).
+// millions of keys. In a profile of `airlock bench`, sorting took the
+// skiplist searches from 5.3% to 3.4% of all CPU.
 //
 // The sort is stable: a key written twice keeps its writes in order, so the
 // last one wins, as in a plain batch.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -74,7 +75,8 @@ type Pending struct {
 	msg     *nats.Msg
 	data    any
 	id      string
-	fut     jetstream.PubAckFuture
+	pub     *publisher
+	ack     *ack
 	err     error
 }
 
@@ -96,7 +98,13 @@ func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source s
 	for _, o := range opts {
 		o(p.msg)
 	}
-	p.fut, p.err = js.PublishMsgAsync(p.msg, p.cas())
+	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(expect, 10)}
+	p.msg.Header[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{p.filter}
+	if p.pub, p.err = publisherFor(js.Conn()); p.err != nil {
+		p.err = fmt.Errorf("%w: %w", errNoPublisher, p.err)
+		return p
+	}
+	p.ack, p.err = p.pub.publish(p.msg)
 	return p
 }
 
@@ -118,10 +126,13 @@ func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, er
 	err := p.err
 	if err == nil {
 		select {
-		case ack := <-p.fut.Ok():
-			return ack.Sequence, nil
-		case err = <-p.fut.Err():
+		case <-p.ack.done:
+			if p.ack.err == nil {
+				return p.ack.seq, nil
+			}
+			err = p.ack.err
 		case <-ctx.Done():
+			p.pub.forget(p.msg.Reply)
 			err = ctx.Err()
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -103,4 +105,73 @@ func TestWaitResolvesUnknownOutcome(t *testing.T) {
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(20), info.State.Msgs, "each append landed exactly once")
+}
+
+// Acknowledgements are matched to their appends whatever order they come
+// back in, and nothing is left waiting: not after a batch, not after a
+// caller gave up, not when the connection is closed.
+func TestAppendsAreMatchedToTheirAcks(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := context.Background()
+	st, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	nc, err := nats.Connect(n.Server.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	const ops = 300
+	pending := make([]*oplog.Pending, ops)
+	for i := range ops {
+		op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
+		pending[i] = oplog.Start(js, op, 0, events.TypeDecided, "test",
+			&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
+	}
+	seen := map[uint64]bool{}
+	for i := ops - 1; i >= 0; i-- { // waited for in reverse
+		seq, err := pending[i].Wait(ctx, st)
+		require.NoError(t, err)
+		raw, err := st.GetMsg(ctx, seq)
+		require.NoError(t, err)
+		assert.Equal(t, events.OpEventSubject("w", fmt.Sprintf("op_%032x", i), "echo", events.TypeDecided), raw.Subject, "seq %d is the append's own", seq)
+		assert.False(t, seen[seq])
+		seen[seq] = true
+	}
+	assert.Zero(t, oplog.WaitingAcks(nc))
+
+	// A caller that gives up is forgotten; the append it resolves by
+	// reading back lands once.
+	op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", ops), Tool: "echo"}
+	p := oplog.Start(js, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = p.Wait(done, st)
+	require.NoError(t, err)
+	assert.Zero(t, oplog.WaitingAcks(nc))
+
+	// A closed connection fails the append at once, as not sent.
+	nc.Close()
+	op.ID = fmt.Sprintf("op_%032x", ops+1)
+	_, err = oplog.Start(js, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
+	assert.ErrorIs(t, err, nats.ErrConnectionClosed)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(ops+1), info.State.Msgs)
+}
+
+// With no stream on the subject (JetStream answers no responders), the
+// append fails as not stored rather than hanging.
+func TestAppendWithoutStreamFails(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	require.NoError(t, n.JetStream.DeleteStream(ctx, streams.Ops))
+	op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", 1), Tool: "echo"}
+	_, err = oplog.Start(n.JetStream, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, oplog.ErrConflict)
+	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
 }

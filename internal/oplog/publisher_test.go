@@ -1,0 +1,79 @@
+package oplog
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseAck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data string
+		seq  uint64
+		code jetstream.ErrorCode // 0: no API error
+		err  error
+	}{
+		{name: "stored", data: `{"stream":"AIRLOCK_OPS","seq":42}`, seq: 42},
+		{name: "domain", data: `{"stream":"AIRLOCK_OPS","seq":7,"domain":"hub"}`, seq: 7},
+		{name: "duplicate", data: `{"stream":"AIRLOCK_REQUESTS","seq":3,"duplicate":true}`, seq: 3},
+		{name: "spaced", data: `{ "stream": "AIRLOCK_OPS", "seq": 9 }`, seq: 9},
+		{name: "reordered", data: `{"seq":11,"stream":"AIRLOCK_OPS"}`, seq: 11},
+		{name: "wrong last sequence", data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 5"},"stream":"AIRLOCK_OPS","seq":0}`, code: jetstream.JSErrCodeStreamWrongLastSequence},
+		{name: "error after seq", data: `{"stream":"AIRLOCK_OPS","seq":5,"error":{"code":503,"err_code":10077,"description":"resource limits exceeded"}}`, code: 10077},
+		{name: "no stream", data: `{"seq":5}`, err: jetstream.ErrInvalidJSAck},
+		{name: "not JSON", data: `{"stream":"AIRLOCK_OPS","seq":5`, err: jetstream.ErrInvalidJSAck},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seq, err := parseAck(&nats.Msg{Data: []byte(tc.data)})
+			switch {
+			case tc.code != 0:
+				var apiErr *jetstream.APIError
+				require.ErrorAs(t, err, &apiErr)
+				assert.Equal(t, tc.code, apiErr.ErrorCode)
+			case tc.err != nil:
+				assert.ErrorIs(t, err, tc.err)
+			default:
+				require.NoError(t, err)
+				assert.Equal(t, tc.seq, seq)
+			}
+		})
+	}
+	_, err := parseAck(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}})
+	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	_, err = parseAck(&nats.Msg{})
+	assert.ErrorIs(t, err, jetstream.ErrInvalidJSAck)
+}
+
+// Whatever the fast path accepts, encoding/json reads the same way: a
+// stored message's sequence and no error.
+func FuzzFastAck(f *testing.F) {
+	for _, s := range []string{
+		`{"stream":"AIRLOCK_OPS","seq":42}`, `{"stream":"A","seq":1,"duplicate":true}`,
+		`{"stream":"A\"B","seq":1}`, `{"stream":"A","seq":18446744073709551615}`,
+		`{"stream":"A","seq":1,"error":{"code":1}}`, `{"stream":"A","seq":01}`, `{"stream":"A","seq":1}x`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		seq, ok := fastAck(b)
+		if !ok {
+			return
+		}
+		var r struct {
+			Error  *jetstream.APIError `json:"error"`
+			Stream string              `json:"stream"`
+			Seq    uint64              `json:"seq"`
+		}
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatalf("fast path read %q as seq %d; encoding/json refuses it: %v", b, seq, err)
+		}
+		if r.Error != nil || r.Stream == "" || r.Seq != seq {
+			t.Fatalf("fast path read %q as seq %d; encoding/json reads %+v", b, seq, r)
+		}
+	})
+}

@@ -75,7 +75,7 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "pipeline (echo):             %10.0f ops/s   (%d/%d completed)\n", res.OpsPerS, res.Completed, res.Ops)
 			fmt.Fprintf(w, "messages per op:             %10.2f\n", res.MsgsPerOp)
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
-			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs)\n", res.CPUUSPerOp, res.CPUs)
+			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)

@@ -27,6 +27,12 @@ type Config struct {
 	Stream string
 	// MaxBatch bounds the messages applied in one Pebble batch; default 1024.
 	MaxBatch int
+	// Linger is how long a batch of fewer than MaxBatch/8 messages waits
+	// for more before it is committed; default 5ms, negative for none.
+	// Under load, batches of a few messages each would write every op
+	// record, state index and count once per event instead of once per
+	// op (see docs/performance.md).
+	Linger time.Duration
 	// Sync fsyncs every batch. Off, a process crash still loses nothing
 	// committed; a power loss may lose recent batches, which are then
 	// applied again from the stream.
@@ -51,6 +57,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultLinger is Config.Linger's default.
+const DefaultLinger = 5 * time.Millisecond
+
 // MinCheckpointInterval bounds how often a checkpoint may be signed.
 const MinCheckpointInterval = 10 * time.Millisecond
 
@@ -64,6 +73,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = 1024
+	}
+	if c.Linger == 0 {
+		c.Linger = DefaultLinger
 	}
 	if c.CheckpointEvery <= 0 {
 		c.CheckpointEvery = 1024
@@ -233,6 +245,8 @@ func (p *Projector) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(p.cfg.CheckpointInterval / 4)
 	defer tick.Stop()
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		var m jetstream.Msg
 		var ok bool
@@ -256,6 +270,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		b := p.cfg.Store.NewBatch()
 		n := 0
+		lingering := false
 		for {
 			if err := p.apply(b, m); err != nil {
 				b.Abort()
@@ -263,10 +278,33 @@ func (p *Projector) Run(ctx context.Context) error {
 				return err
 			}
 			n++
-			if n >= p.cfg.MaxBatch || len(msgs) == 0 {
+			if n >= p.cfg.MaxBatch {
 				break
 			}
-			m = <-msgs
+			if len(msgs) > 0 {
+				m = <-msgs
+				continue
+			}
+			if p.cfg.Linger < 0 || n >= p.cfg.MaxBatch/8 {
+				break
+			}
+			if !lingering {
+				linger.Reset(p.cfg.Linger)
+				lingering = true
+			}
+			var more bool
+			select {
+			case m, more = <-msgs:
+			case <-linger.C:
+				lingering = false
+			case <-ctx.Done():
+			}
+			if !more {
+				break // the linger ran out, or the reader stopped: commit what there is
+			}
+		}
+		if lingering {
+			linger.Stop() // no stale tick is delivered after Stop (Go 1.23)
 		}
 		if err := p.commit(ctx, b, int64(n)); err != nil {
 			return err

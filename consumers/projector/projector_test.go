@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -215,4 +218,73 @@ func TestIdleCheckpointKeepsApplied(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK(), "%v", rep.Problems)
 	assert.Equal(t, int64(last), rep.CheckpointSize)
+}
+
+// commits counts the projector's commits that applied transitions.
+type commits struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (c *commits) Applied(ts []projector.Transition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sizes = append(c.sizes, len(ts))
+}
+
+func (c *commits) get() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.sizes)
+}
+
+// A trickle of events is committed in one batch when the projector
+// lingers for more, and in about one batch each when it does not.
+func TestLingerGathersATrickleIntoOneBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		check  func(t *testing.T, sizes []int)
+	}{
+		{"lingering", 2 * time.Second, func(t *testing.T, sizes []int) {
+			assert.LessOrEqual(t, len(sizes), 2, "batches %v", sizes)
+		}},
+		{"not lingering", -1, func(t *testing.T, sizes []int) {
+			assert.GreaterOrEqual(t, len(sizes), 10, "batches %v", sizes)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := testenv.StartNATS(t, streams.Config{})
+			st, err := store.Open(t.TempDir())
+			require.NoError(t, err)
+			defer st.Close()
+			var seen commits
+			p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Linger: tc.linger, Observer: &seen})
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx) }()
+			defer func() { cancel(); require.NoError(t, <-done) }()
+			ops, err := n.JetStream.Stream(ctx, streams.Ops)
+			require.NoError(t, err)
+			var last uint64
+			for i := range 20 {
+				op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
+				last, err = oplog.Append(ctx, n.JetStream, ops, op, 0, events.TypeDecided, "test",
+					&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{Tool: "echo"}})
+				require.NoError(t, err)
+				time.Sleep(5 * time.Millisecond)
+			}
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+			defer wcancel()
+			require.NoError(t, p.WaitApplied(wctx, last))
+			sizes := seen.get()
+			total := 0
+			for _, s := range sizes {
+				total += s
+			}
+			assert.Equal(t, 20, total)
+			tc.check(t, sizes)
+		})
+	}
 }

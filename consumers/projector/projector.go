@@ -27,11 +27,13 @@ type Config struct {
 	Stream string
 	// MaxBatch bounds the messages applied in one Pebble batch; default 1024.
 	MaxBatch int
-	// Linger is how long a batch of fewer than MaxBatch/8 messages waits
-	// for more before it is committed; default 5ms, negative for none.
-	// Under load, batches of a few messages each would write every op
-	// record, state index and count once per event instead of once per
-	// op (see docs/performance.md).
+	// Linger is how long a batch waits for more messages, up to MaxBatch,
+	// before it is committed, when the stream is busy (the previous batch
+	// was committed less than Linger ago); default 20ms, negative for
+	// none. An idle stream's message is applied at once. Under load,
+	// batches of a few messages each would rewrite an op's record, state
+	// index and counts for each of its events; batches that span an op's
+	// events write them once (see docs/performance.md).
 	Linger time.Duration
 	// Sync fsyncs every batch. Off, a process crash still loses nothing
 	// committed; a power loss may lose recent batches, which are then
@@ -58,7 +60,7 @@ type Config struct {
 }
 
 // DefaultLinger is Config.Linger's default.
-const DefaultLinger = 5 * time.Millisecond
+const DefaultLinger = 20 * time.Millisecond
 
 // MinCheckpointInterval bounds how often a checkpoint may be signed.
 const MinCheckpointInterval = 10 * time.Millisecond
@@ -247,6 +249,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	defer tick.Stop()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	var lastCommit time.Time // busy: committed less than Linger ago
 	for {
 		var m jetstream.Msg
 		var ok bool
@@ -270,6 +273,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		b := p.cfg.Store.NewBatch()
 		n := 0
+		// A busy stream's batch lingers once, for at most Linger.
+		busy := p.cfg.Linger > 0 && time.Since(lastCommit) < p.cfg.Linger
 		lingering := false
 		for {
 			if err := p.apply(b, m); err != nil {
@@ -285,7 +290,7 @@ func (p *Projector) Run(ctx context.Context) error {
 				m = <-msgs
 				continue
 			}
-			if p.cfg.Linger < 0 || n >= p.cfg.MaxBatch/8 {
+			if !busy {
 				break
 			}
 			if !lingering {
@@ -296,7 +301,7 @@ func (p *Projector) Run(ctx context.Context) error {
 			select {
 			case m, more = <-msgs:
 			case <-linger.C:
-				lingering = false
+				lingering, busy = false, false
 			case <-ctx.Done():
 			}
 			if !more {
@@ -309,6 +314,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		if err := p.commit(ctx, b, int64(n)); err != nil {
 			return err
 		}
+		lastCommit = time.Now()
 	}
 }
 

@@ -239,7 +239,8 @@ func (c *commits) get() []int {
 }
 
 // A trickle of events is committed in one batch when the projector
-// lingers for more, and in about one batch each when it does not.
+// lingers for more, and in about one batch each when it does not. The
+// first event, on an idle stream, is applied at once either way.
 func TestLingerGathersATrickleIntoOneBatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -273,6 +274,11 @@ func TestLingerGathersATrickleIntoOneBatch(t *testing.T) {
 				last, err = oplog.Append(ctx, n.JetStream, ops, op, 0, events.TypeDecided, "test",
 					&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{Tool: "echo"}})
 				require.NoError(t, err)
+				if i == 0 {
+					fctx, fcancel := context.WithTimeout(ctx, time.Second)
+					require.NoError(t, p.WaitApplied(fctx, last), "an idle stream's event waits for no linger")
+					fcancel()
+				}
 				time.Sleep(5 * time.Millisecond)
 			}
 			wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)

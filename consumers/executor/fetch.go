@@ -21,10 +21,26 @@ const maxFetchBatch = 256
 // then is read one by one.
 const fetchTimeout = 5 * time.Second
 
-// fetchAll reads the args of a batch of jobs. Requests of one workspace are
-// read with one batched direct get (the server's next_by_subj batch); a
-// request the batch did not return is read on its own.
+// fetchAll reads the args of a batch of jobs: from the handoff when the
+// gate of this process left them there, else from the stream. Requests of
+// one workspace are read with one batched direct get (the server's
+// next_by_subj batch); a request the batch did not return is read on its
+// own.
 func (r *Runner) fetchAll(ctx context.Context, jobs []*job) {
+	if r.cfg.Handoff != nil {
+		rest := jobs[:0:0]
+		for _, j := range jobs {
+			if args, ok := r.cfg.Handoff.Take(j.d.item.OpID, j.d.item.RequestSeq); ok {
+				j.call = callOf(j.d.item)
+				j.call.Args = args
+			} else {
+				rest = append(rest, j)
+			}
+		}
+		if jobs = rest; len(jobs) == 0 {
+			return
+		}
+	}
 	if len(jobs) == 1 {
 		jobs[0].call, jobs[0].fetch = r.fetch(ctx, jobs[0].d.item)
 		return

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
+	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -41,6 +42,9 @@ type Config struct {
 	// RecordRetries is how often a result append is retried before the
 	// runner gives up and leaves the op to recovery; default 5.
 	RecordRetries int
+	// Handoff, when set, holds args the gate of this process admitted:
+	// an op found there is not read back from AIRLOCK_REQUESTS.
+	Handoff *handoff.Args
 	// Group names the durable consumers (one per tool) the runner takes
 	// work from; runners of one group share it. Default
 	// streams.DefaultExecutorGroup.

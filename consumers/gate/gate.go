@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/pull"
@@ -51,6 +52,10 @@ type Config struct {
 	// policy allows for any other tool is denied with NO_EXECUTOR rather
 	// than left ready for ever. Nil when executors run elsewhere.
 	Tools map[string]bool
+	// Handoff, when set, is given the args of each admitted op that runs
+	// now (decided) for a tool in Tools, for the executors of this
+	// process (see internal/handoff).
+	Handoff *handoff.Args
 	// Loops is how many batches are handled at once; default 4.
 	Loops int
 	// MaxBatch bounds the requests of one batch; default 256.
@@ -319,6 +324,11 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	a.state = events.StateAfter(typ)
 	if typ == events.TypeDenied {
 		a.state = events.StateDenied
+	}
+	if typ == events.TypeDecided && g.cfg.Tools[req.Tool] {
+		// Before the append: an executor may read the decided event
+		// before the gate hears that it is stored.
+		g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
 	}
 	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}
 	a.append = oplog.Start(g.cfg.JetStream, op, 0, typ, Source, data, oplog.ReplyTo(replyTo(m)))

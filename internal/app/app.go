@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -145,6 +146,8 @@ type App struct {
 	AuditReport *audit.Report
 	// Metrics is the process's Prometheus registry and health checks.
 	Metrics *metrics.Metrics
+	// Handoff passes admitted ops' args from the gate to the runner.
+	Handoff *handoff.Args
 
 	cfg      Config
 	gate     *gate.Gate
@@ -272,9 +275,12 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if cfg.RemoteExecutors {
 		served = nil
 	}
+	// The gate hands the args of ops it admits to this process's runner.
+	a.Handoff = handoff.New(0, 0)
+	args := a.Handoff
 	gcfg := gate.Config{
 		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
-		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg),
+		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg), Handoff: args,
 	}
 	if a.Authority != nil {
 		gcfg.Principals = a.principal
@@ -290,7 +296,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	runner, err := executor.NewRunner(executor.Config{
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
-		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Logger: cfg.Logger,
+		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Logger: cfg.Logger, Handoff: args,
 	})
 	if err != nil {
 		return err

@@ -223,3 +223,38 @@ func TestStoredCopiesOfOneRequestRunOnce(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
+
+// The runner takes the args of ops this process's gate admitted from the
+// handoff, each op its own, and reads none back from the stream.
+func TestHandoffCarriesEachOpsArgs(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ops = 40
+	results := make(chan error, ops)
+	for i := range ops {
+		go func() {
+			args := fmt.Sprintf(`{"i":%d,"text":"op %d"}`, i, i)
+			out, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "echo", Args: json.RawMessage(args)})
+			switch {
+			case err != nil:
+				results <- err
+			case out.State != events.StateCompleted:
+				results <- fmt.Errorf("op %d: %s %s", i, out.State, out.Code)
+			case string(out.Result) != args:
+				results <- fmt.Errorf("op %d ran with %s", i, out.Result)
+			default:
+				results <- nil
+			}
+		}()
+	}
+	for range ops {
+		require.NoError(t, <-results)
+	}
+	hits, misses := a.Handoff.Stats()
+	assert.Equal(t, uint64(ops), hits)
+	assert.Zero(t, misses)
+	n, _ := a.Handoff.Len()
+	assert.Zero(t, n, "every entry was taken")
+}

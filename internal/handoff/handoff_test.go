@@ -1,0 +1,88 @@
+package handoff
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTakeMatchesOpAndSequence(t *testing.T) {
+	a := New(0, 0)
+	a.Put("op_a", 7, json.RawMessage(`{"x":1}`))
+	_, ok := a.Take("op_a", 8)
+	assert.False(t, ok, "another request sequence of the op is not its args")
+	args, ok := a.Take("op_a", 7)
+	require.True(t, ok)
+	assert.JSONEq(t, `{"x":1}`, string(args))
+	_, ok = a.Take("op_a", 7)
+	assert.False(t, ok, "taken once")
+	_, ok = a.Take("op_b", 1)
+	assert.False(t, ok)
+	hits, misses := a.Stats()
+	assert.Equal(t, uint64(1), hits)
+	assert.Equal(t, uint64(3), misses)
+
+	var none *Args
+	none.Put("op_a", 1, nil)
+	_, ok = none.Take("op_a", 1)
+	assert.False(t, ok)
+}
+
+func TestBoundsEvictOldestFirst(t *testing.T) {
+	a := New(3, 100)
+	for i := range 5 {
+		a.Put(fmt.Sprintf("op_%d", i), uint64(i), json.RawMessage(`{}`))
+	}
+	n, b := a.Len()
+	assert.Equal(t, 3, n)
+	assert.Equal(t, 6, b)
+	for i := range 2 {
+		_, ok := a.Take(fmt.Sprintf("op_%d", i), uint64(i))
+		assert.False(t, ok, "op_%d was evicted", i)
+	}
+	for i := 2; i < 5; i++ {
+		_, ok := a.Take(fmt.Sprintf("op_%d", i), uint64(i))
+		assert.True(t, ok, "op_%d is held", i)
+	}
+
+	// Bytes: 40-byte args, 100 bytes at most.
+	big := json.RawMessage(fmt.Sprintf(`{"s":"%032d"}`, 0))
+	require.Len(t, big, 40)
+	for i := range 4 {
+		a.Put(fmt.Sprintf("big_%d", i), 1, big)
+	}
+	n, b = a.Len()
+	assert.Equal(t, 2, n)
+	assert.Equal(t, 80, b)
+	_, ok := a.Take("big_3", 1)
+	assert.True(t, ok)
+
+	// Args over the byte bound are not kept at all.
+	a.Put("huge", 1, make(json.RawMessage, 101))
+	_, ok = a.Take("huge", 1)
+	assert.False(t, ok)
+
+	// Put again under another sequence: the new one counts once.
+	a.Put("big_2", 2, big)
+	n, b = a.Len()
+	assert.Equal(t, 1, n)
+	assert.Equal(t, 40, b)
+}
+
+// Entries taken before they are evicted leave no keys behind.
+func TestQueueStaysBounded(t *testing.T) {
+	a := New(10, 0)
+	for i := range 100_000 {
+		op := fmt.Sprintf("op_%d", i)
+		a.Put(op, 1, json.RawMessage(`{}`))
+		_, ok := a.Take(op, 1)
+		require.True(t, ok)
+	}
+	assert.LessOrEqual(t, len(a.queue)-a.head, 2*a.maxEntries+1)
+	n, b := a.Len()
+	assert.Zero(t, n)
+	assert.Zero(t, b)
+}

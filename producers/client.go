@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/jspub"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
@@ -252,10 +253,9 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, e
 				return false, ctx.Err()
 			}
 		}
-		var ack *jetstream.PubAck
-		ack, err = c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fp))
-		if err == nil {
-			return ack.Duplicate, nil
+		var dup bool
+		if dup, err = c.publishOnce(ctx, msg, fp); err == nil {
+			return dup, nil
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			break
@@ -269,6 +269,31 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, e
 		return false, events.Errorf(events.CodeRequestTooLarge, "%v", err)
 	}
 	return false, &events.Error{Code: events.CodeUnavailable, Message: "publish request: " + err.Error(), Retryable: true}
+}
+
+// publishTimeout bounds one try of a publish: an acknowledgement lost with
+// a connection is then retried (same Nats-Msg-Id) once it is back.
+const publishTimeout = 5 * time.Second
+
+// publishOnce publishes msg with Nats-Msg-Id fp and waits for JetStream's
+// acknowledgement, at most publishTimeout.
+func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (bool, error) {
+	pub, err := jspub.For(c.nc)
+	if err != nil {
+		return false, err
+	}
+	msg.Header[jetstream.MsgIDHeader] = []string{fp}
+	ack, err := pub.Publish(msg)
+	if err != nil {
+		return false, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	_, dup, err := ack.Wait(tctx)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		err = nats.ErrTimeout
+	}
+	return dup, err
 }
 
 func retryable(err error) bool {

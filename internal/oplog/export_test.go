@@ -1,16 +1,16 @@
 package oplog
 
-import "github.com/nats-io/nats.go"
+import (
+	"github.com/airlock-dev/airlock/internal/jspub"
+	"github.com/nats-io/nats.go"
+)
 
 // WaitingAcks is how many acknowledgements the connection's publisher
 // still waits for.
 func WaitingAcks(nc *nats.Conn) int {
-	p, ok := publishers.Load(nc)
-	if !ok {
-		return 0
+	p, err := jspub.For(nc)
+	if err != nil {
+		return -1
 	}
-	pub := p.(*publisher)
-	pub.mu.Lock()
-	defer pub.mu.Unlock()
-	return len(pub.waiting)
+	return p.Waiting()
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/jspub"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -75,8 +76,7 @@ type Pending struct {
 	msg     *nats.Msg
 	data    any
 	id      string
-	pub     *publisher
-	ack     *ack
+	ack     *jspub.Ack
 	err     error
 }
 
@@ -100,11 +100,12 @@ func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source s
 	}
 	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(expect, 10)}
 	p.msg.Header[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{p.filter}
-	if p.pub, p.err = publisherFor(js.Conn()); p.err != nil {
-		p.err = fmt.Errorf("%w: %w", errNoPublisher, p.err)
+	pub, err := jspub.For(js.Conn())
+	if err != nil {
+		p.err = fmt.Errorf("oplog: subscribe for acknowledgements: %w", err)
 		return p
 	}
-	p.ack, p.err = p.pub.publish(p.msg)
+	p.ack, p.err = pub.Publish(p.msg)
 	return p
 }
 
@@ -125,15 +126,9 @@ func (p *Pending) Data() any { return p.data }
 func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, error) {
 	err := p.err
 	if err == nil {
-		select {
-		case <-p.ack.done:
-			if p.ack.err == nil {
-				return p.ack.seq, nil
-			}
-			err = p.ack.err
-		case <-ctx.Done():
-			p.pub.forget(p.msg.Reply)
-			err = ctx.Err()
+		var seq uint64
+		if seq, _, err = p.ack.Wait(ctx); err == nil {
+			return seq, nil
 		}
 	}
 	if IsConflict(err) {

@@ -1,4 +1,4 @@
-package oplog
+package jspub
 
 import (
 	"encoding/json"
@@ -15,12 +15,13 @@ func TestParseAck(t *testing.T) {
 		name string
 		data string
 		seq  uint64
+		dup  bool
 		code jetstream.ErrorCode // 0: no API error
 		err  error
 	}{
 		{name: "stored", data: `{"stream":"AIRLOCK_OPS","seq":42}`, seq: 42},
 		{name: "domain", data: `{"stream":"AIRLOCK_OPS","seq":7,"domain":"hub"}`, seq: 7},
-		{name: "duplicate", data: `{"stream":"AIRLOCK_REQUESTS","seq":3,"duplicate":true}`, seq: 3},
+		{name: "duplicate", data: `{"stream":"AIRLOCK_REQUESTS","seq":3,"duplicate":true}`, seq: 3, dup: true},
 		{name: "spaced", data: `{ "stream": "AIRLOCK_OPS", "seq": 9 }`, seq: 9},
 		{name: "reordered", data: `{"seq":11,"stream":"AIRLOCK_OPS"}`, seq: 11},
 		{name: "wrong last sequence", data: `{"error":{"code":400,"err_code":10071,"description":"wrong last sequence: 5"},"stream":"AIRLOCK_OPS","seq":0}`, code: jetstream.JSErrCodeStreamWrongLastSequence},
@@ -29,7 +30,7 @@ func TestParseAck(t *testing.T) {
 		{name: "not JSON", data: `{"stream":"AIRLOCK_OPS","seq":5`, err: jetstream.ErrInvalidJSAck},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seq, err := parseAck(&nats.Msg{Data: []byte(tc.data)})
+			seq, dup, err := parseAck(&nats.Msg{Data: []byte(tc.data)})
 			switch {
 			case tc.code != 0:
 				var apiErr *jetstream.APIError
@@ -40,12 +41,13 @@ func TestParseAck(t *testing.T) {
 			default:
 				require.NoError(t, err)
 				assert.Equal(t, tc.seq, seq)
+				assert.Equal(t, tc.dup, dup)
 			}
 		})
 	}
-	_, err := parseAck(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}})
+	_, _, err := parseAck(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}})
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
-	_, err = parseAck(&nats.Msg{})
+	_, _, err = parseAck(&nats.Msg{})
 	assert.ErrorIs(t, err, jetstream.ErrInvalidJSAck)
 }
 

@@ -34,8 +34,9 @@ func newBench() *cobra.Command {
 			default:
 				return usageError("--fsync must be always or interval")
 			}
+			gogc := tuneGC()
 			if !asJSON {
-				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight ...\n", cfg.Ops, cfg.Concurrency)
+				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight, GOGC=%d ...\n", cfg.Ops, cfg.Concurrency, gogc)
 			}
 			if profile != "" {
 				f, err := os.Create(profile)

@@ -54,6 +54,7 @@ func newServe(g *globals) *cobra.Command {
 				return usageError("--log-level: %v", err)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			cfg.Logger.Debug("garbage collector", "gogc", tuneGC())
 			if cfg.ReadyMaxLag < 1 {
 				return usageError("--ready-max-lag must be at least 1")
 			}

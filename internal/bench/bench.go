@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,8 @@ type Result struct {
 	CPUUSPerOp float64 `json:"cpu_us_per_op"`
 	// CPUs is GOMAXPROCS during the run.
 	CPUs int `json:"cpus"`
+	// GOGC is the garbage collector's target during the run.
+	GOGC int `json:"gogc"`
 	// FaultsPerOp is the process's minor page faults during the pipeline
 	// phase, per op: first touches of memory the process had not used
 	// before, or had given back. Each costs microseconds on a virtual
@@ -254,6 +257,8 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
 	res.CPUs = runtime.GOMAXPROCS(0)
+	res.GOGC = debug.SetGCPercent(-1)
+	debug.SetGCPercent(res.GOGC)
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
 	res.Completed = int(completed.Load())
 	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()

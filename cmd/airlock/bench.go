@@ -36,7 +36,7 @@ func newBench() *cobra.Command {
 			}
 			gogc := tuneGC()
 			if !asJSON {
-				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight, GOGC=%d ...\n", cfg.Ops, cfg.Concurrency, gogc)
+				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight, GOGC=%d, %d warm-up ops first ...\n", cfg.Ops, cfg.Concurrency, gogc, max(cfg.Warmup, 0))
 			}
 			if profile != "" {
 				f, err := os.Create(profile)
@@ -75,6 +75,9 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "raw JetStream async publish: %10.0f msgs/s  (%d msgs of %d B)\n", res.RawMsgsPerS, res.RawMsgs, res.RawMsgBytes)
 			fmt.Fprintf(w, "pipeline (echo):             %10.0f ops/s   (%d/%d completed)\n", res.OpsPerS, res.Completed, res.Ops)
 			fmt.Fprintf(w, "messages per op:             %10.2f\n", res.MsgsPerOp)
+			if res.Warmup > 0 {
+				fmt.Fprintf(w, "warm-up (cold start):        %10.0f ops/s   (%d ops before the timed ones, not counted)\n", res.WarmupOpsPerS, res.Warmup)
+			}
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
@@ -96,6 +99,7 @@ func newBench() *cobra.Command {
 	f := cmd.Flags()
 	f.IntVar(&cfg.Ops, "ops", 20000, "echo ops to run")
 	f.IntVar(&cfg.Concurrency, "concurrency", 512, "submits in flight")
+	f.IntVar(&cfg.Warmup, "warmup", 2000, "echo ops run first through the same Airlock and not timed (-1: none)")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")

@@ -119,7 +119,7 @@ func TestProgressBench(t *testing.T) {
 	args := []string{"bench", "--ops", "40", "--concurrency", "4", "--holds", "-1", "--execs", "-1", "--audit-leaves", "-1"}
 	out, errOut, code := run(t, args...)
 	require.Equal(t, 0, code, "%s %s", out, errOut)
-	assert.Regexp(t, `^bench: 40 echo ops, 4 in flight, GOGC=-?\d+ \.\.\.\n$`, errOut)
+	assert.Regexp(t, `^bench: 40 echo ops, 4 in flight, GOGC=-?\d+, 2000 warm-up ops first \.\.\.\n$`, errOut)
 	assert.Contains(t, out, "(40/40 completed)")
 
 	out, tty, code := runOnTerminal(t, []string{"TERM=xterm"}, args...)

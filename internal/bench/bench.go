@@ -32,6 +32,12 @@ type Config struct {
 	Ops int
 	// Concurrency is the number of submits in flight; default 512.
 	Concurrency int
+	// Warmup is the number of echo ops run through the same Airlock
+	// before the pipeline is timed, and not counted; default 2000, -1 for
+	// none. A fresh process spends its first seconds growing its heap and
+	// buffers, a page fault per 4 KiB touched for the first time, which
+	// on a virtual machine costs microseconds each.
+	Warmup int
 	// Dir is a scratch directory; default a new temporary one, removed
 	// after the run.
 	Dir string
@@ -60,13 +66,16 @@ type Config struct {
 
 // Result is what a run measured. JSON keys are API.
 type Result struct {
-	Ops         int     `json:"ops"`
-	Concurrency int     `json:"concurrency"`
-	RawMsgs     int     `json:"raw_msgs"`
-	RawMsgBytes int     `json:"raw_msg_bytes"`
-	RawMsgsPerS float64 `json:"raw_msgs_per_s"`
-	OpsPerS     float64 `json:"ops_per_s"`
-	MsgsPerOp   float64 `json:"msgs_per_op"`
+	Ops         int `json:"ops"`
+	Concurrency int `json:"concurrency"`
+	Warmup      int `json:"warmup"`
+	// WarmupOpsPerS is the warm-up's own rate (a cold start).
+	WarmupOpsPerS float64 `json:"warmup_ops_per_s"`
+	RawMsgs       int     `json:"raw_msgs"`
+	RawMsgBytes   int     `json:"raw_msg_bytes"`
+	RawMsgsPerS   float64 `json:"raw_msgs_per_s"`
+	OpsPerS       float64 `json:"ops_per_s"`
+	MsgsPerOp     float64 `json:"msgs_per_op"`
 	// Efficiency is ops/s x msgs per op / raw msgs/s: the share of raw
 	// JetStream publish throughput the pipeline turns into ops.
 	Efficiency float64 `json:"efficiency"`
@@ -123,6 +132,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 512
 	}
+	switch {
+	case cfg.Warmup == 0:
+		cfg.Warmup = 2000
+	case cfg.Warmup < 0:
+		cfg.Warmup = 0
+	}
 	if cfg.Holds == 0 {
 		cfg.Holds = 200
 	}
@@ -140,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer os.RemoveAll(dir)
 		cfg.Dir = dir
 	}
-	res := Result{Ops: cfg.Ops, Concurrency: cfg.Concurrency, SyncAlways: cfg.SyncAlways}
+	res := Result{Ops: cfg.Ops, Concurrency: cfg.Concurrency, SyncAlways: cfg.SyncAlways, Warmup: cfg.Warmup}
 	msgs, bytes, err := pipeline(ctx, cfg, &res)
 	if err != nil {
 		return res, fmt.Errorf("pipeline: %w", err)
@@ -207,11 +222,17 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	defer c.Close()
 
+	if cfg.Warmup > 0 {
+		wstart := time.Now()
+		if _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil); err != nil {
+			return 0, 0, fmt.Errorf("warm-up: %w", err)
+		}
+		res.WarmupOpsPerS = float64(cfg.Warmup) / time.Since(wstart).Seconds()
+		if baseMsgs, baseKept, baseBytes, err = stored(ctx, a.JetStream); err != nil {
+			return 0, 0, err
+		}
+	}
 	lat := make([]time.Duration, cfg.Ops)
-	var next, completed atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
 	phase := PhasePipeline
 	if cfg.noLog {
 		phase = PhasePipelineNoLog
@@ -220,47 +241,20 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	defer m.end()
 	cpu0, faults0 := processCPU()
 	start := time.Now()
-	for range cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= cfg.Ops || ctx.Err() != nil {
-					return
-				}
-				t0 := time.Now()
-				out, err := c.Submit(ctx, events.Request{
-					Workspace: "bench", Agent: "bench", Tool: "echo",
-					Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
-					IdempotencyKey: fmt.Sprintf("bench-%d", i),
-				})
-				lat[i] = time.Since(t0)
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				if out.State == events.StateCompleted {
-					completed.Add(1)
-				}
-				m.add(1)
-			}
-		}()
-	}
-	wg.Wait()
+	completed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m)
 	elapsed := time.Since(start)
 	cpu, faults := processCPU()
 	cpu, faults = cpu-cpu0, faults-faults0
 	m.end()
-	if firstErr != nil {
-		return 0, 0, firstErr
+	if err != nil {
+		return 0, 0, err
 	}
 	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
 	res.CPUs = runtime.GOMAXPROCS(0)
 	res.GOGC = debug.SetGCPercent(-1)
 	debug.SetGCPercent(res.GOGC)
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
-	res.Completed = int(completed.Load())
+	res.Completed = completed
 	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()
 	slices.Sort(lat)
 	res.P50MS = ms(lat[len(lat)/2])
@@ -284,6 +278,52 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	msgs -= baseMsgs
 	bytes = (bytes - baseBytes) * msgs / max(kept-baseKept, 1)
 	return msgs, bytes, nil
+}
+
+// submitAll submits n echo ops, concurrency at a time, with idempotency
+// keys <prefix>-<i>, and returns how many completed. lat, if not nil,
+// takes each op's submit-to-outcome latency; m, if not nil, counts them.
+func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter) (int, error) {
+	var next, completed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				out, err := c.Submit(ctx, events.Request{
+					Workspace: "bench", Agent: "bench", Tool: "echo",
+					Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
+					IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
+				})
+				if lat != nil {
+					lat[i] = time.Since(t0)
+				}
+				if err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				if out.State == events.StateCompleted {
+					completed.Add(1)
+				}
+				if m != nil {
+					m.add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return int(completed.Load()), firstErr
 }
 
 // stored counts the messages both streams took (erased requests

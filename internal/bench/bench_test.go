@@ -15,7 +15,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var calls []progressCall // Progress is called one at a time
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Holds: 20, Execs: 20, AuditLeaves: 3000, Dir: t.TempDir(),
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Dir: t.TempDir(),
 		Progress: func(phase string, done, total int64) { calls = append(calls, progressCall{phase, done, total}) }})
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
@@ -25,6 +25,8 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	})
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
+	assert.Equal(t, 50, res.Warmup)
+	assert.Greater(t, res.WarmupOpsPerS, 0.0)
 	assert.Equal(t, 4.0, res.MsgsPerOp) // request, decided, claimed, completed
 	assert.Equal(t, 1200, res.RawMsgs)
 	assert.Greater(t, res.RawMsgBytes, 100)

@@ -23,7 +23,11 @@ const (
 	DefaultWait         = 30 * time.Second
 	DefaultPublishTries = 5
 	DefaultPollInterval = 2 * time.Second
-	DefaultSource       = "airlock/producers"
+	// DefaultPublishTimeout bounds one try of a publish: an
+	// acknowledgement lost with a connection is retried (same
+	// Nats-Msg-Id) once it is back.
+	DefaultPublishTimeout = 5 * time.Second
+	DefaultSource         = "airlock/producers"
 )
 
 // Option configures a Client.
@@ -54,6 +58,20 @@ func WithPublishTries(n int) Option {
 	}
 }
 
+// WithPublishTimeout bounds how long one try of a publish waits for
+// JetStream's acknowledgement; default DefaultPublishTimeout. When every
+// try goes unacknowledged Submit returns a pending outcome: the request
+// may be stored, and then it runs.
+func WithPublishTimeout(d time.Duration) Option {
+	return func(c *Client) error {
+		if d <= 0 {
+			return fmt.Errorf("producers: publish timeout %s must be positive", d)
+		}
+		c.pubTimeout = d
+		return nil
+	}
+}
+
 // WithSource sets the ce-source of submitted requests.
 func WithSource(src string) Option {
 	return func(c *Client) error {
@@ -80,13 +98,15 @@ func WithPollInterval(d time.Duration) Option {
 // Client submits requests and queries ops over one NATS connection, which
 // the caller owns.
 type Client struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	wait   time.Duration
-	tries  int
-	poll   time.Duration
-	source string
-	token  string // this client's token in its reply subjects
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	wait  time.Duration
+	tries int
+	// pubTimeout bounds one try of a publish.
+	pubTimeout time.Duration
+	poll       time.Duration
+	source     string
+	token      string // this client's token in its reply subjects
 
 	mu      sync.Mutex
 	stream  jetstream.Stream
@@ -98,7 +118,7 @@ type Client struct {
 // New returns a client on nc.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := &Client{
-		nc: nc, wait: DefaultWait, tries: DefaultPublishTries, poll: DefaultPollInterval,
+		nc: nc, wait: DefaultWait, tries: DefaultPublishTries, pubTimeout: DefaultPublishTimeout, poll: DefaultPollInterval,
 		source: DefaultSource, waiters: map[string]map[*waiter]struct{}{},
 		replies: map[string]*nats.Subscription{}, token: nuid.Next(),
 	}
@@ -230,7 +250,8 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 		switch {
 		case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 			return Outcome{}, ctx.Err()
-		case wctx.Err() != nil:
+		case wctx.Err() != nil, errors.Is(err, errUnacknowledged):
+			// The request may be stored, and then it runs: pending.
 			return Outcome{OpID: opID, Pending: true}, nil
 		}
 		return Outcome{}, err
@@ -261,6 +282,9 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, e
 			break
 		}
 	}
+	if errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrDisconnected) {
+		return false, errUnacknowledged
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum {
 		return false, events.Errorf(events.CodeRequestTooLarge, "%v", err)
@@ -271,12 +295,12 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, e
 	return false, &events.Error{Code: events.CodeUnavailable, Message: "publish request: " + err.Error(), Retryable: true}
 }
 
-// publishTimeout bounds one try of a publish: an acknowledgement lost with
-// a connection is then retried (same Nats-Msg-Id) once it is back.
-const publishTimeout = 5 * time.Second
+// errUnacknowledged is publish's answer when every try went
+// unacknowledged: JetStream may have stored the request.
+var errUnacknowledged = errors.New("request not acknowledged")
 
 // publishOnce publishes msg with Nats-Msg-Id fp and waits for JetStream's
-// acknowledgement, at most publishTimeout.
+// acknowledgement, at most the client's publish timeout.
 func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (bool, error) {
 	pub, err := jspub.For(c.nc)
 	if err != nil {
@@ -287,7 +311,7 @@ func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (boo
 	if err != nil {
 		return false, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	tctx, cancel := context.WithTimeout(ctx, c.pubTimeout)
 	defer cancel()
 	_, dup, err := ack.Wait(tctx)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -299,7 +323,7 @@ func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (boo
 func retryable(err error) bool {
 	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrConnectionReconnecting)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // ResultGrace is how long Submit waits for the runner's reply, which

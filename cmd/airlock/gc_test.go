@@ -12,9 +12,12 @@ func TestTuneGCLeavesAnExplicitGOGC(t *testing.T) {
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
 
-	t.Setenv("GOGC", "100") // set: whatever the runtime took from it stays
-	assert.Equal(t, 100, tuneGC())
-	assert.Equal(t, 100, debug.SetGCPercent(100))
+	// Set: what is in force (as the runtime took it from GOGC at start)
+	// stays.
+	t.Setenv("GOGC", "150")
+	debug.SetGCPercent(150)
+	assert.Equal(t, 150, tuneGC())
+	assert.Equal(t, 150, debug.SetGCPercent(100))
 
 	os.Unsetenv("GOGC") // t.Setenv restores it afterwards
 	assert.Equal(t, DefaultGOGC, tuneGC())

@@ -76,7 +76,10 @@ func (a *Args) Put(op string, seq uint64, args json.RawMessage) {
 	for len(a.m) > a.maxEntries || a.bytes > a.maxBytes {
 		a.evictOldest()
 	}
-	if len(a.queue)-a.head > 2*a.maxEntries {
+	// Keys of taken entries pile up behind the live ones, and evicted
+	// ones ahead of head: either way the queue is cut back to the keys
+	// still held.
+	if len(a.queue)-a.head > 2*a.maxEntries || a.head > len(a.queue)/2 && a.head > 64 {
 		a.compact()
 	}
 }

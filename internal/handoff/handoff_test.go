@@ -72,6 +72,23 @@ func TestBoundsEvictOldestFirst(t *testing.T) {
 	assert.Equal(t, 40, b)
 }
 
+// Entries evicted, never taken (another process's runner took the op),
+// leave no keys behind either.
+func TestQueueStaysBoundedWhenNothingIsTaken(t *testing.T) {
+	a := New(100, 0)
+	for i := range 1_000_000 {
+		a.Put(fmt.Sprintf("op_%d", i), 1, json.RawMessage(`{}`))
+	}
+	assert.LessOrEqual(t, len(a.queue), 4*a.maxEntries)
+	assert.LessOrEqual(t, cap(a.queue), 8*a.maxEntries+1024)
+	n, _ := a.Len()
+	assert.Equal(t, 100, n)
+	_, ok := a.Take("op_999999", 1)
+	assert.True(t, ok, "the newest is held")
+	_, ok = a.Take("op_999899", 1)
+	assert.False(t, ok, "the 101st newest was evicted")
+}
+
 // Entries taken before they are evicted leave no keys behind.
 func TestQueueStaysBounded(t *testing.T) {
 	a := New(10, 0)

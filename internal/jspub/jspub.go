@@ -1,11 +1,18 @@
 // Package jspub publishes messages to JetStream and matches each
 // acknowledgement to its message, over a reply subject of its own: the
-// asynchronous publish of nats.go's jetstream package without what Airlock
-// does not use (stalling, retries on no responders, callbacks), and with
-// the common acknowledgement, {"stream":"S","seq":N}, read without
-// encoding/json. Decoding every acknowledgement with encoding/json under
-// the jetstream package's publisher lock was about 3% of the pipeline's
-// CPU.
+// asynchronous publish of nats.go's jetstream package, with the common
+// acknowledgement, {"stream":"S","seq":N}, read without encoding/json.
+// Decoding every acknowledgement with encoding/json under the jetstream
+// package's publisher lock was about 3% of the pipeline's CPU.
+//
+// Unlike the jetstream package it does not bound the publishes in flight
+// (its callers do: the gate's and the runners' batches, one request per
+// Submit), does not retry a publish that found no stream (the caller's
+// read-back decides, see oplog), and takes no callbacks. Like it, it fails
+// every waiting acknowledgement with nats.ErrDisconnected when the
+// connection starts reconnecting (an ack lost with the connection would
+// otherwise be waited for until the caller's context ends), and with
+// nats.ErrConnectionClosed when it closes.
 package jspub
 
 import (
@@ -65,7 +72,37 @@ func For(nc *nats.Conn) (*Publisher, error) {
 		_ = sub.Unsubscribe() // another goroutine's won
 		return prev.(*Publisher), nil
 	}
+	status := nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	go p.watch(status)
+	if nc.IsClosed() { // closed before the listener was in place
+		p.failAll(nats.ErrConnectionClosed)
+	}
 	return p, nil
+}
+
+// watch fails the waiting acknowledgements when the connection drops, and
+// ends when it closes.
+func (p *Publisher) watch(status chan nats.Status) {
+	defer p.nc.RemoveStatusListener(status)
+	for st := range status {
+		if st == nats.CLOSED {
+			p.failAll(nats.ErrConnectionClosed)
+			return
+		}
+		p.failAll(nats.ErrDisconnected)
+	}
+}
+
+// failAll ends every waiting acknowledgement with err.
+func (p *Publisher) failAll(err error) {
+	p.mu.Lock()
+	waiting := p.waiting
+	p.waiting = make(map[uint64]*Ack)
+	p.mu.Unlock()
+	for _, a := range waiting {
+		a.err = err
+		close(a.done)
+	}
 }
 
 // Publish sends m with a reply subject of the publisher's (m.Reply is

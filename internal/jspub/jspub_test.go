@@ -1,8 +1,12 @@
 package jspub
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/internal/natsrv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,4 +82,46 @@ func FuzzFastAck(f *testing.F) {
 			t.Fatalf("fast path read %q as seq %d; encoding/json reads %+v", b, seq, r)
 		}
 	})
+}
+
+// An acknowledgement lost with the connection fails the wait with
+// nats.ErrDisconnected as soon as the client starts reconnecting, and one
+// waiting when the connection closes with nats.ErrConnectionClosed.
+func TestAcksFailWhenTheConnectionDrops(t *testing.T) {
+	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	require.NoError(t, err)
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	silent, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer silent.Close()
+	// Something takes the subject and never answers: no 503, no ack.
+	_, err = silent.Subscribe("test.silent", func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, silent.Flush())
+
+	nc, err := nats.Connect(s.ClientURL(), nats.ReconnectWait(10*time.Millisecond))
+	require.NoError(t, err)
+	defer nc.Close()
+	p, err := For(nc)
+	require.NoError(t, err)
+	ack, err := p.Publish(nats.NewMsg("test.silent"))
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	id, err := nc.GetClientID()
+	require.NoError(t, err)
+	require.NoError(t, s.DisconnectClientByID(id))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err = ack.Wait(ctx)
+	assert.ErrorIs(t, err, nats.ErrDisconnected)
+	assert.Zero(t, p.Waiting())
+
+	// Back, and then closed with an ack waiting.
+	require.Eventually(t, nc.IsConnected, 10*time.Second, 10*time.Millisecond)
+	ack, err = p.Publish(nats.NewMsg("test.silent"))
+	require.NoError(t, err)
+	nc.Close()
+	_, _, err = ack.Wait(ctx)
+	assert.ErrorIs(t, err, nats.ErrConnectionClosed)
+	assert.Zero(t, p.Waiting())
 }

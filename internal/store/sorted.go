@@ -8,7 +8,9 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// writer is what the store's write paths need of a Pebble batch.
+// writer is what the store's write paths need of a Pebble batch. A sorted
+// writer keeps the key and value slices it is given until the batch is
+// built: callers must not reuse them.
 type writer interface {
 	Set(key, value []byte, _ *pebble.WriteOptions) error
 	Delete(key []byte, _ *pebble.WriteOptions) error

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"runtime/debug"
+
+	"github.com/airlock-dev/airlock/internal/bench"
 )
 
 // DefaultGOGC is the garbage collector's target for the processes that
@@ -18,9 +20,7 @@ const DefaultGOGC = 200
 // force (-1 when the collector is off).
 func tuneGC() int {
 	if _, set := os.LookupEnv("GOGC"); set {
-		v := debug.SetGCPercent(100)
-		debug.SetGCPercent(v)
-		return v
+		return bench.GOGC()
 	}
 	debug.SetGCPercent(DefaultGOGC)
 	return DefaultGOGC

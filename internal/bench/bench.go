@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -251,8 +251,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
 	res.CPUs = runtime.GOMAXPROCS(0)
-	res.GOGC = debug.SetGCPercent(-1)
-	debug.SetGCPercent(res.GOGC)
+	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
 	res.Completed = completed
 	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()
@@ -395,6 +394,17 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// GOGC is the garbage collector's target in force: GOGC's percent, or -1
+// when the collector is off.
+func GOGC() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	return int(int64(sample[0].Value.Uint64())) // off reads as -1
+}
 
 // processCPU is the CPU time the process has used, user and system, and
 // the minor page faults it has taken.

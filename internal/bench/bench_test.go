@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"context"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -69,4 +70,14 @@ func assertProgress(t *testing.T, calls, want []progressCall) {
 		got[len(got)-1] = c
 	}
 	assert.Equal(t, want, got)
+}
+
+func TestGOGCReadsTheTargetInForce(t *testing.T) {
+	before := debug.SetGCPercent(150)
+	defer debug.SetGCPercent(before)
+	assert.Equal(t, 150, bench.GOGC())
+	debug.SetGCPercent(0)
+	assert.Equal(t, 0, bench.GOGC())
+	debug.SetGCPercent(-1)
+	assert.Equal(t, -1, bench.GOGC())
 }

@@ -40,9 +40,9 @@ type Publisher struct {
 
 // Ack is the answer to one publish.
 type Ack struct {
-	p     *Publisher
-	reply string
-	done  chan struct{}
+	p    *Publisher
+	id   uint64 // its number in the reply subject and in waiting
+	done chan struct{}
 	// Set once before done is closed.
 	seq uint64
 	dup bool
@@ -112,11 +112,10 @@ func (p *Publisher) Publish(m *nats.Msg) (*Ack, error) {
 	a := &Ack{p: p, done: make(chan struct{})}
 	p.mu.Lock()
 	p.next++
-	id := p.next
-	p.waiting[id] = a
+	a.id = p.next
+	p.waiting[a.id] = a
 	p.mu.Unlock()
-	a.reply = p.prefix + strconv.FormatUint(id, 10)
-	m.Reply = a.reply
+	m.Reply = p.prefix + strconv.FormatUint(a.id, 10)
 	if err := p.nc.PublishMsg(m); err != nil {
 		a.forget()
 		return nil, err
@@ -140,12 +139,8 @@ func (a *Ack) Wait(ctx context.Context) (seq uint64, duplicate bool, err error) 
 }
 
 func (a *Ack) forget() {
-	id, err := strconv.ParseUint(a.reply[len(a.p.prefix):], 10, 64)
-	if err != nil {
-		return
-	}
 	a.p.mu.Lock()
-	delete(a.p.waiting, id)
+	delete(a.p.waiting, a.id)
 	a.p.mu.Unlock()
 }
 

@@ -35,3 +35,17 @@ type ListResult struct {
 	Ops  []*Op  `json:"ops"`
 	Next string `json:"next,omitempty"`
 }
+
+// QueryLiveSubject answers any request with a LiveStatus, after checking
+// who subscribes to the live feed (airlock.v1.live.>) and turning the feed
+// on if anyone does: a watcher subscribes first, then asks, and from the
+// answer on sees every message the ops stream stores.
+const QueryLiveSubject = QueryPrefix + ".live"
+
+// LiveStatus says whether the ops stream republishes on the live feed
+// (LivePrefix) now, and by which mode: "auto", on only while someone
+// subscribes, or "on", always.
+type LiveStatus struct {
+	Live bool   `json:"live"`
+	Mode string `json:"mode"`
+}

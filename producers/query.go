@@ -76,3 +76,21 @@ func decodeResponse(resp *nats.Msg, out any) error {
 	}
 	return nil
 }
+
+// EnsureLive is for a client that subscribed to the live feed
+// (events.LivePrefix): Airlock counts the feed's subscribers, turns the
+// feed on if there are any, and answers. Every message the ops stream
+// stores from then on is republished while the subscription lasts. The
+// status says whether the feed is on (false when Airlock saw no
+// subscriber) and its mode. Without the call, a subscriber of a feed in
+// mode auto sees messages from within a poll interval of subscribing
+// (docs/subjects.md).
+func EnsureLive(ctx context.Context, nc *nats.Conn) (events.LiveStatus, error) {
+	var st events.LiveStatus
+	resp, err := request(ctx, nc, events.QueryLiveSubject, struct{}{}, DefaultQueryTimeout)
+	if err != nil {
+		return st, err
+	}
+	err = decodeResponse(resp, &st)
+	return st, err
+}

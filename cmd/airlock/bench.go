@@ -7,6 +7,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/spf13/cobra"
 )
@@ -18,6 +19,7 @@ func newBench() *cobra.Command {
 		fsync      string
 		profile    string
 		memprofile string
+		liveFeed   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -34,6 +36,11 @@ func newBench() *cobra.Command {
 			default:
 				return usageError("--fsync must be always or interval")
 			}
+			m, err := livefeed.ParseMode(liveFeed)
+			if err != nil {
+				return usageError("--live-feed: %v", err)
+			}
+			cfg.LiveFeed = m
 			gogc := tuneGC()
 			if !asJSON {
 				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight, GOGC=%d, %d warm-up ops first ...\n", cfg.Ops, cfg.Concurrency, gogc, max(cfg.Warmup, 0))
@@ -80,6 +87,7 @@ func newBench() *cobra.Command {
 			}
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
+			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
@@ -104,10 +112,19 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
+	f.StringVar(&liveFeed, "live-feed", "auto", "auto (off: nobody subscribes) or on, as for serve: on measures what republishing every stored message costs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
 	f.StringVar(&memprofile, "memprofile", "", "write an allocation profile to this file")
 	return cmd
+}
+
+// onOff says on or off.
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // phaseBars draws a progress bar on stderr for each phase of a bench run,

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -94,7 +96,8 @@ func (s *server) nats(t *testing.T, ctx context.Context, principal string, args 
 // output holds every string wanted (or fails the test) and stops it.
 // The subscription is in place when a probe the service principal
 // publishes on probe (a subject the subscription matches, stored by no
-// stream) comes out.
+// stream) comes out, and, for a subject of the live feed, when Airlock has
+// said the feed is on.
 func (s *server) natsSub(t *testing.T, ctx context.Context, principal, subject, probe string) func(want ...string) string {
 	t.Helper()
 	bin, err := natsCLI()
@@ -121,6 +124,13 @@ func (s *server) natsSub(t *testing.T, ctx context.Context, principal, subject, 
 		_ = svc.Publish(probe, []byte("probe"))
 		return strings.Contains(out.String(), probe)
 	}, 30*time.Second, 100*time.Millisecond, "nats sub %s as %s never got its probe: %s", subject, principal, out.String())
+	if natsserver.SubjectsCollide(subject, events.LiveSubjects) {
+		// What a plain NATS watcher does to see every event from now on:
+		// ask Airlock to turn the live feed on for its subscription.
+		out, err := s.nats(t, ctx, principal, "req", events.QueryLiveSubject, "")
+		require.NoError(t, err, out)
+		require.Contains(t, out, `{"live":true,"mode":"auto"}`)
+	}
 	return func(want ...string) string {
 		t.Helper()
 		assert.Eventually(t, func() bool {

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -36,6 +38,7 @@ func newServe(g *globals) *cobra.Command {
 		logLevel string
 		wsModes  map[string]string
 		noAuth   bool
+		liveFeed string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -69,6 +72,16 @@ func newServe(g *globals) *cobra.Command {
 			}
 			if cfg.Streams.Duplicates < minDedupeWindow {
 				return usageError("--dedupe-window %s is below %s: a request redelivered after a lost ack must still be recognised", cfg.Streams.Duplicates, minDedupeWindow)
+			}
+			if liveFeed != "" {
+				m, err := livefeed.ParseMode(liveFeed)
+				if err != nil {
+					return usageError("--live-feed: %v", err)
+				}
+				if m == livefeed.Auto && cfg.NATSURL != "" {
+					return usageError("--live-feed auto needs the embedded server: Airlock cannot see who subscribes on an external NATS, where the feed is always on")
+				}
+				cfg.LiveFeed = m
 			}
 			if cfg.NATSURL != "" {
 				cfg.Listen, cfg.Monitor = "", ""
@@ -117,8 +130,17 @@ func newServe(g *globals) *cobra.Command {
 	f.BoolVar(&cfg.AuditOverride, "unsafe-audit-override", false, "start even when the audit log fails verification (rolled back, forked, tampered): logged as an error; investigate first")
 	f.StringVar(&cfg.MetricsListen, "metrics", "", "serve Prometheus /metrics, /healthz and /readyz on this address (host:port; e.g. 127.0.0.1:9090); empty for none")
 	f.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", metrics.DefaultMaxLag, "/readyz says not ready while the projector is more than this many ops stream messages behind")
+	f.StringVar(&liveFeed, "live-feed", "", "when AIRLOCK_OPS republishes on airlock.v1.live.> for watchers: auto, only while someone subscribes (the default on the embedded server), or on, always (the default and only choice with --nats-url)")
 	f.BoolVar(&noAuth, "no-auth", false, "admit every client with every permission (no credentials): only for a private, single-user machine")
 	return cmd
+}
+
+// liveDescription says when the live feed is on.
+func liveDescription(m livefeed.Mode) string {
+	if m == livefeed.Auto {
+		return "republished while someone subscribes"
+	}
+	return "always republished"
 }
 
 func serve(ctx context.Context, cfg app.Config) error {
@@ -138,6 +160,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 		fmt.Printf("  metrics: http://%s/metrics (/healthz, /readyz)\n", addr)
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
+	fmt.Printf("  live:    %s (%s)\n", events.LiveSubjects, liveDescription(a.Live.Mode()))
 	fmt.Printf("  audit:   %s (%s; %d events, %s)\n", a.AuditKey.Origin, filepath.Join(cfg.DataDir, audit.PubFile), a.AuditReport.Size, a.AuditReport.Status)
 	logWarnings(cfg.Logger, a.Policy().Warnings())
 	if a.Authority != nil {

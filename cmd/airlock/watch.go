@@ -43,8 +43,11 @@ func newWatch(g *globals) *cobra.Command {
 		Long: `Watch shows the op events, rejections, mode controls and policy loads
 as AIRLOCK_OPS stores them (republished on airlock.v1.live.>: an append
 the stream refused never shows), from the moment it starts (not history:
-see "ops list"). It connects as the auditor by default; an approver or
-operator credential works too, an agent's does not.
+see "ops list"). Airlock republishes only while someone subscribes there
+(serve --live-feed auto): watch asks Airlock to turn the feed on once it
+has subscribed, and again after each reconnection. It connects as the
+auditor by default; an approver or operator credential works too, an
+agent's does not.
 
 Piped (or with --json, or TERM=dumb), it prints one line per event: time
 (when it was stored, RFC 3339 UTC with milliseconds), workspace, op id, tool,
@@ -77,6 +80,9 @@ cannot connect or subscribe or the connection closes, 2 usage.`,
 			if err != nil {
 				return err
 			}
+			if w.feed != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", w.feed)
+			}
 			out := cmd.OutOrStdout()
 			if f, ok := out.(*os.File); ok && !asJSON && isTerminal(f) {
 				return w.table(cmd.Context(), f)
@@ -99,8 +105,11 @@ func isTerminal(f *os.File) bool {
 // watcher receives the events of its subscriptions on msgs, and what
 // becomes of the connection on conn.
 type watcher struct {
-	nc   *nats.Conn
-	ws   string
+	nc *nats.Conn
+	ws string
+	// feed is a warning about the live feed for the user, empty when
+	// Airlock said it is on.
+	feed string
 	subs []*nats.Subscription
 	msgs chan *nats.Msg
 	conn chan connState
@@ -133,6 +142,9 @@ func newWatcher(nc *nats.Conn, ws string) (*watcher, error) {
 	})
 	nc.SetReconnectHandler(func(*nats.Conn) {
 		note(connState{text: "reconnected at " + time.Now().UTC().Format("15:04:05Z") + "; events while disconnected were missed"})
+		// A restarted Airlock starts with the feed off until it counts
+		// the watchers: ask, rather than wait for its next count.
+		go func() { _ = ensureLive(nc) }()
 	})
 	nc.SetClosedHandler(func(*nats.Conn) { note(connState{text: "connection closed", closed: true}) })
 	for _, s := range watch.Subjects(ws) {
@@ -149,7 +161,30 @@ func newWatcher(nc *nats.Conn, ws string) (*watcher, error) {
 	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
 		return nil, errors.New("the server refused the subscriptions: watching needs an approver, operator or auditor credential")
 	}
+	if err := ensureLive(nc); err != nil {
+		w.feed = err.Error()
+	}
 	return w, nil
+}
+
+// liveTimeout bounds watch's question whether the live feed is on.
+const liveTimeout = 5 * time.Second
+
+// ensureLive asks Airlock to turn the live feed on for the subscriptions
+// just made (serve --live-feed auto runs it only while someone watches),
+// and says what is wrong when it is not on: watch goes on anyway, and
+// shows what the server republishes.
+func ensureLive(nc *nats.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+	defer cancel()
+	st, err := producers.EnsureLive(ctx, nc)
+	switch {
+	case err != nil:
+		return fmt.Errorf("could not make sure the live feed is on (%v): events may show late or not at all", err)
+	case !st.Live:
+		return fmt.Errorf("the live feed is off: Airlock did not see this watch's subscriptions (mode %s), so events may not show", st.Mode)
+	}
+	return nil
 }
 
 // dropped is how many events the subscriptions dropped so far.

@@ -1,8 +1,10 @@
 package projector
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
@@ -20,7 +22,10 @@ const (
 // Serve registers the query service on nc. Stop the returned service to
 // remove it. Answers reflect what the projector has applied so far. key
 // verifies the checkpoints proofs are built on; nil serves no proofs.
-func Serve(nc *nats.Conn, st *store.Store, key *audit.Key) (micro.Service, error) {
+//
+// live, when not nil, answers events.QueryLiveSubject: it makes sure the
+// live feed is on if anyone subscribes to it, and says whether it is.
+func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
@@ -42,8 +47,31 @@ func Serve(nc *nats.Conn, st *store.Store, key *audit.Key) (micro.Service, error
 		svc.Stop()
 		return nil, err
 	}
+	if live != nil {
+		h := func(req micro.Request) {
+			ctx, cancel := context.WithTimeout(context.Background(), liveTimeout)
+			defer cancel()
+			st, err := live(ctx)
+			if err != nil {
+				respondError(req, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true})
+				return
+			}
+			respond(req, st)
+		}
+		if err := svc.AddEndpoint("live", micro.HandlerFunc(h), micro.WithEndpointSubject(events.QueryLiveSubject)); err != nil {
+			svc.Stop()
+			return nil, err
+		}
+	}
 	return svc, nil
 }
+
+// LiveFunc makes sure the live feed is on if anyone subscribes to it, and
+// says whether it is (internal/livefeed.Feed.Sync).
+type LiveFunc func(context.Context) (events.LiveStatus, error)
+
+// liveTimeout bounds one answer of the live endpoint: a stream update.
+const liveTimeout = 5 * time.Second
 
 type query struct {
 	st  *store.Store

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/handoff"
+	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -49,8 +50,14 @@ type Config struct {
 	NATSOptions []nats.Option
 	// SyncAlways makes the embedded server fsync before every ack.
 	SyncAlways bool
-	// Streams configures the streams.
+	// Streams configures the streams. Its Live is ignored: LiveFeed
+	// decides.
 	Streams streams.Config
+	// LiveFeed says when the ops stream republishes on airlock.v1.live.>
+	// (internal/livefeed): empty for the default, livefeed.Auto (only
+	// while someone subscribes) on the embedded server and livefeed.On
+	// with an external NATS, which allows On only.
+	LiveFeed livefeed.Mode
 	// PolicyFile, when set, is the policy (YAML or JSON), complete: a tool
 	// it does not name is destructive. Policy must then be empty.
 	// ReloadPolicy reads it again.
@@ -148,6 +155,8 @@ type App struct {
 	Metrics *metrics.Metrics
 	// Handoff passes admitted ops' args from the gate to the runner.
 	Handoff *handoff.Args
+	// Live turns the live feed on and off.
+	Live *livefeed.Feed
 
 	cfg      Config
 	gate     *gate.Gate
@@ -245,7 +254,19 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := streams.Provision(ctx, a.JetStream, cfg.Streams); err != nil {
+	account := server.DEFAULT_GLOBAL_ACCOUNT
+	if cfg.Auth {
+		account = authority.ServiceAccount
+	}
+	a.Live, err = livefeed.New(livefeed.Config{
+		JetStream: a.JetStream, Mode: cfg.LiveFeed, Server: a.Server, Account: account, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	sc := cfg.Streams
+	sc.Live = a.Live.Wanted()
+	if err := streams.Provision(ctx, a.JetStream, sc); err != nil {
 		return err
 	}
 	a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir))
@@ -320,7 +341,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	a.Metrics, err = metrics.New(metrics.Config{
 		Store: a.Store, Projector: a.Projector, JetStream: a.JetStream, Transitions: transitions,
-		AuditStatus: a.auditStatus, Running: a.running, MaxLag: cfg.ReadyMaxLag, Logger: cfg.Logger,
+		AuditStatus: a.auditStatus, Running: a.running, MaxLag: cfg.ReadyMaxLag, Logger: cfg.Logger, Live: a.Live,
 	})
 	if err != nil {
 		return err
@@ -331,7 +352,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		}
 		a.http = &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	a.svc, err = projector.Serve(a.Conn, a.Store, a.AuditKey)
+	a.svc, err = projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
 	if err != nil {
 		return err
 	}
@@ -345,6 +366,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("scrubber", scrubber.Run(gctx)) })
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
+	grp.Go(func() error { return named("live feed", a.Live.Run(gctx)) })
 	if a.http != nil {
 		// Outside the group: /readyz keeps answering (not ready) when a
 		// part stops, until Shutdown.

@@ -18,7 +18,8 @@ import (
 )
 
 // env is an embedded server that admits only the principals of its data
-// directory, with Airlock's streams provisioned by the service.
+// directory, with Airlock's streams provisioned by the service, the live
+// feed on.
 type env struct {
 	set *authority.Set
 	srv *server.Server
@@ -54,7 +55,8 @@ func start(t *testing.T, extra map[string]authority.Role) *env {
 	t.Cleanup(svc.Close)
 	js, err := jetstream.New(svc)
 	require.NoError(t, err)
-	require.NoError(t, streams.Provision(context.Background(), js, streams.Config{}))
+	// The live feed on, as Airlock has it while anyone watches.
+	require.NoError(t, streams.Provision(context.Background(), js, streams.Config{Live: true}))
 	return &env{set: set, srv: srv, svc: svc, js: js}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -43,6 +44,9 @@ type Config struct {
 	Dir string
 	// SyncAlways fsyncs every write, as `serve --fsync always` does.
 	SyncAlways bool
+	// LiveFeed is the live feed's mode, as serve's --live-feed; empty for
+	// serve's default (auto: off, since nobody subscribes).
+	LiveFeed livefeed.Mode
 	// Holds is the number of held ops granted in the hold phase, after
 	// the pipeline phase; default 200, -1 for none.
 	Holds int
@@ -97,6 +101,9 @@ type Result struct {
 	FaultsPerOp float64 `json:"faults_per_op"`
 	Completed   int     `json:"completed"`
 	SyncAlways  bool    `json:"sync_always"`
+	// LiveFeed says whether AIRLOCK_OPS republished on airlock.v1.live.>
+	// during the pipeline phase.
+	LiveFeed bool `json:"live_feed"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.
 	Holds     int     `json:"holds"`
@@ -193,6 +200,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	a, err := app.Start(ctx, app.Config{
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
+		LiveFeed: cfg.LiveFeed,
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -251,6 +259,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
 	res.CPUs = runtime.GOMAXPROCS(0)
+	res.LiveFeed = a.Live.On()
 	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
 	res.Completed = completed

@@ -39,6 +39,8 @@ type Config struct {
 	// Running returns nil while every part of the process runs, else
 	// what stopped. Nil for always.
 	Running func() error
+	// Live is the live feed's state; nil for none.
+	Live LiveFeed
 	// MaxLag is the projector lag, in messages of the ops stream, beyond
 	// which the process is not ready; zero for DefaultMaxLag.
 	MaxLag uint64
@@ -92,6 +94,13 @@ type Metrics struct {
 	anomalies prometheus.CounterFunc
 }
 
+// LiveFeed is the live feed's state (internal/livefeed.Feed).
+type LiveFeed interface {
+	On() bool
+	Subscribers() int64
+	Changes() uint64
+}
+
 // New returns the registry with every Airlock metric registered.
 func New(cfg Config) (*Metrics, error) {
 	if err := cfg.Validate(); err != nil {
@@ -105,6 +114,21 @@ func New(cfg Config) (*Metrics, error) {
 	cs := append([]prometheus.Collector{cfg.Transitions}, m.anomalies, &stateCollector{m: m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cs = append(cs, m.adv.collectors()...)
+	if l := cfg.Live; l != nil {
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: LiveFeedOn,
+				Help: "1 while AIRLOCK_OPS republishes on airlock.v1.live.> (the live feed), 0 while it does not.",
+			}, func() float64 { return b2f(l.On()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: LiveFeedSubs,
+				Help: "Subscriptions to the live feed at the last count (mode auto).",
+			}, func() float64 { return float64(l.Subscribers()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: LiveFeedChanges,
+				Help: "Times this process turned the live feed on or off.",
+			}, func() float64 { return float64(l.Changes()) }))
+	}
 	for _, c := range cs {
 		if err := m.reg.Register(c); err != nil {
 			return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -51,8 +52,11 @@ func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st})
 	require.NoError(t, err)
 	f := &fixture{n: n, p: p, audit: true}
+	live, err := livefeed.New(livefeed.Config{JetStream: n.JetStream, Mode: livefeed.On})
+	require.NoError(t, err)
+	live.Wanted()
 	f.m, err = metrics.New(metrics.Config{
-		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag,
+		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag, Live: live,
 		AuditStatus: func() (bool, string) { return f.audit, "test" },
 		Running:     func() error { return f.stopped },
 		Timeout:     500 * time.Millisecond,

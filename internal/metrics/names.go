@@ -42,6 +42,11 @@ const (
 	Advisories    = "airlock_jetstream_advisories_total"     // counter {kind, stream}
 	MaxDeliveries = "airlock_jetstream_max_deliveries_total" // counter {stream, consumer}
 	Terminated    = "airlock_jetstream_terminated_total"     // counter {stream, consumer}
+
+	// The live feed (internal/livefeed), when the process has one.
+	LiveFeedOn      = "airlock_live_feed"               // gauge
+	LiveFeedSubs    = "airlock_live_feed_subscribers"   // gauge
+	LiveFeedChanges = "airlock_live_feed_changes_total" // counter
 )
 
 // Names lists every Airlock metric family, in a slice the caller owns.
@@ -50,6 +55,6 @@ func Names() []string {
 		OpsByState, HoldsPending, HoldOldestAge, ProjectorLag, ProjectorSeq,
 		AuditLeaves, AuditSigned, AuditCheckAge, AuditVerified, Ready, StreamLastSeq, StreamMessages,
 		Events, Decisions, Rejected, Executions, Anomalies, HoldResolution, GrantToExec, ExecDuration,
-		Advisories, MaxDeliveries, Terminated,
+		Advisories, MaxDeliveries, Terminated, LiveFeedOn, LiveFeedSubs, LiveFeedChanges,
 	}
 }

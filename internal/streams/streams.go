@@ -56,6 +56,12 @@ type Config struct {
 	Duplicates time.Duration
 	// Memory stores the streams in memory instead of files (benchmarks).
 	Memory bool
+	// Live makes AIRLOCK_OPS republish every message it stores on
+	// airlock.v1.live.> (events.LivePrefix), for watchers. The server
+	// republishes whether or not anyone listens, at a cost per message, so
+	// internal/livefeed turns it on only while someone subscribes (SetLive);
+	// this is the state Provision starts with.
+	Live bool
 }
 
 func (c Config) withDefaults() Config {
@@ -102,9 +108,47 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 		AllowDirect: true,
 		DenyPurge:   true,
 		DenyDelete:  true,
-		// Every stored message again, for watchers (events.LivePrefix).
-		RePublish: &jetstream.RePublish{Source: events.SubjectRoot + ".>", Destination: events.LiveSubjects},
+		RePublish:   rePublish(c.Live),
 	}
+}
+
+// rePublish is the ops stream's RePublish when the live feed is on: every
+// stored message again, for watchers (events.LivePrefix); nil when off.
+func rePublish(live bool) *jetstream.RePublish {
+	if !live {
+		return nil
+	}
+	return &jetstream.RePublish{Source: events.SubjectRoot + ".>", Destination: events.LiveSubjects}
+}
+
+// SetLive turns the ops stream's live feed on or off and reports whether
+// it changed anything. It changes the RePublish of the stream's config as
+// the server holds it and nothing else.
+func SetLive(ctx context.Context, js jetstream.JetStream, on bool) (changed bool, err error) {
+	st, err := js.Stream(ctx, Ops)
+	if err != nil {
+		return false, fmt.Errorf("live feed: %w", err)
+	}
+	cfg := st.CachedInfo().Config
+	want := rePublish(on)
+	if sameRePublish(cfg.RePublish, want) {
+		return false, nil
+	}
+	cfg.RePublish = want
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return false, fmt.Errorf("live feed: update stream %s: %w", Ops, err)
+	}
+	return true, nil
+}
+
+// Live reports whether the ops stream's live feed is on, as the server
+// holds its config now.
+func Live(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	st, err := js.Stream(ctx, Ops)
+	if err != nil {
+		return false, fmt.Errorf("live feed: %w", err)
+	}
+	return st.CachedInfo().Config.RePublish != nil, nil
 }
 
 func storage(c Config) jetstream.StorageType {

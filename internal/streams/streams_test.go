@@ -2,6 +2,7 @@ package streams_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
 	_, err = js.Publish(ctx, events.ModeSubject("w"), []byte(`{}`))
 	require.NoError(t, err)
 
-	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{Live: true}))
 	st, err := js.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	info := st.CachedInfo()
@@ -56,5 +57,66 @@ func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
 	assert.Equal(t, `{"n":2}`, string(m.Data))
 
 	// Provisioning again changes nothing.
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{Live: true}))
+}
+
+// SetLive turns the republish on and off and changes nothing else: the
+// messages stay, the rest of the config (an operator's limit included)
+// stays, and only what is stored while it is on is republished.
+func TestSetLiveTogglesOnlyTheRepublish(t *testing.T) {
+	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
 	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
+	on, err := streams.Live(ctx, js)
+	require.NoError(t, err)
+	assert.False(t, on, "provisioned without Live")
+	cfg := streams.OpsConfig(streams.Config{})
+	cfg.MaxBytes = 1 << 30 // an operator's own limit
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+
+	live, err := nc.SubscribeSync(events.LiveSubjects)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	publish := func(n int) {
+		t.Helper()
+		_, err := js.Publish(ctx, events.ModeSubject("w"), fmt.Appendf(nil, `{"n":%d}`, n))
+		require.NoError(t, err)
+	}
+	publish(1) // off: not republished
+
+	changed, err := streams.SetLive(ctx, js, true)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	changed, err = streams.SetLive(ctx, js, true)
+	require.NoError(t, err)
+	assert.False(t, changed, "already on")
+	publish(2)
+	m, err := live.NextMsg(5 * time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, `{"n":2}`, string(m.Data), "the first message stored while on")
+	assert.Equal(t, "2", m.Header.Get(jetstream.SequenceHeader))
+
+	changed, err = streams.SetLive(ctx, js, false)
+	require.NoError(t, err)
+	assert.True(t, changed)
+	publish(3)
+	_, err = live.NextMsg(200 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "off: not republished")
+
+	st, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	info := st.CachedInfo()
+	assert.Equal(t, uint64(3), info.State.Msgs)
+	assert.Nil(t, info.Config.RePublish)
+	assert.Equal(t, int64(1<<30), info.Config.MaxBytes, "the rest of the config is kept")
 }

@@ -1,0 +1,292 @@
+// Package livefeed keeps the ops stream's live feed (every stored message
+// republished on airlock.v1.live.>, what `airlock watch` and a plain `nats
+// sub` read) on while someone subscribes to it, and off otherwise.
+//
+// The server republishes each message it stores whether or not anyone
+// listens, and that costs about a twelfth of the pipeline's CPU per op
+// (ADR 0013). On the embedded server a Feed in mode Auto counts the
+// subscriptions whose subject overlaps airlock.v1.live.> in Airlock's
+// account (a watcher in the clients' account counts through its import)
+// every Poll, turns the feed on as soon as there is one, and off once
+// there has been none for Hold. A subscriber that must not miss the first
+// messages asks events.QueryLiveSubject after subscribing: the answer
+// comes once the feed is on (Sync). With an external NATS, whose
+// subscriptions Airlock cannot see, the mode is On: always on.
+package livefeed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Mode says when the feed is on.
+type Mode string
+
+// The modes.
+const (
+	// Auto: on while anyone subscribes to the live feed. Embedded server
+	// only.
+	Auto Mode = "auto"
+	// On: always on.
+	On Mode = "on"
+)
+
+// ParseMode parses a --live-feed value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Auto, On:
+		return m, nil
+	}
+	return "", fmt.Errorf("live feed mode %q: want auto or on", s)
+}
+
+// Defaults.
+const (
+	// DefaultPoll is how often Auto counts the subscribers.
+	DefaultPoll = 250 * time.Millisecond
+	// DefaultHold is how long the feed stays on after its last subscriber
+	// left: a watcher that reconnects finds it still on.
+	DefaultHold = 10 * time.Second
+	// Reconcile is how often the feed reads the stream's config again,
+	// in case something else changed it.
+	Reconcile = 10 * time.Second
+)
+
+// Config configures a Feed.
+type Config struct {
+	// JetStream reaches the ops stream. Required.
+	JetStream jetstream.JetStream
+	// Mode is Auto or On; empty means Auto with a Server, On without.
+	Mode Mode
+	// Server is the embedded server whose subscriptions Auto counts;
+	// required by Auto.
+	Server *server.Server
+	// Account is the server account whose subscriptions count: Airlock's
+	// own (a client account's subscriptions appear there through their
+	// imports). Required by Auto.
+	Account string
+	// Poll and Hold; zero for DefaultPoll and DefaultHold.
+	Poll, Hold time.Duration
+	// Clock tells the time; default time.Now.
+	Clock func() time.Time
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.JetStream == nil {
+		return errors.New("livefeed: JetStream is required")
+	}
+	if c.Mode == "" {
+		c.Mode = On
+		if c.Server != nil {
+			c.Mode = Auto
+		}
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return fmt.Errorf("livefeed: %w", err)
+	}
+	if c.Mode == Auto && (c.Server == nil || c.Account == "") {
+		return errors.New("livefeed: mode auto needs the embedded server and its account: with an external NATS the feed is always on")
+	}
+	if c.Poll <= 0 {
+		c.Poll = DefaultPoll
+	}
+	if c.Hold <= 0 {
+		c.Hold = DefaultHold
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Feed turns the live feed on and off. Its methods are safe for concurrent
+// use.
+type Feed struct {
+	cfg Config
+
+	// mu serializes counts and checks, so that two never update the
+	// stream at once.
+	mu       sync.Mutex
+	seen     time.Time // when a subscriber was last counted
+	reconcil time.Time // when the stream's config was last read
+	// The account sublist's insert and removal counts at the last walk of
+	// its subscriptions (walked), and how long the walk took.
+	walked           bool
+	inserts, removes uint64
+	walk             time.Duration
+
+	on      atomic.Bool   // the feed as last set or read
+	subs    atomic.Int64  // subscribers at the last count
+	changes atomic.Uint64 // times this Feed turned it on or off
+}
+
+// New returns a Feed. Call Wanted before provisioning the streams and Run
+// after.
+func New(cfg Config) (*Feed, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Feed{cfg: cfg}, nil
+}
+
+// Mode is the Feed's mode.
+func (f *Feed) Mode() Mode { return f.cfg.Mode }
+
+// Wanted reports whether the feed should be on now (On, or anyone
+// subscribes), for the streams' first provisioning (streams.Config.Live),
+// and takes it as the feed's state.
+func (f *Feed) Wanted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	want := f.cfg.Mode == On || f.count() > 0
+	if want {
+		f.seen = f.cfg.Clock()
+	}
+	f.on.Store(want)
+	return want
+}
+
+// On reports whether the feed is on, as last set or read.
+func (f *Feed) On() bool { return f.on.Load() }
+
+// Subscribers is the number of subscriptions to the feed at the last
+// count (Auto only).
+func (f *Feed) Subscribers() int64 { return f.subs.Load() }
+
+// Changes is how many times the Feed turned the feed on or off.
+func (f *Feed) Changes() uint64 { return f.changes.Load() }
+
+// Run keeps the feed as Auto wants until ctx ends: it counts the
+// subscribers every Poll (less often when counting is slow, see next) and
+// reads the stream's config every Reconcile. A
+// failed update is logged and tried again at the next poll. In mode On it
+// only waits for ctx: the streams were provisioned with the feed on, and
+// Sync turns it on again if something turned it off. (Another process
+// that embeds the server and runs Auto decides then.)
+func (f *Feed) Run(ctx context.Context) error {
+	if f.cfg.Mode == On {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTimer(f.cfg.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := f.check(ctx, false); err != nil && ctx.Err() == nil {
+			f.cfg.Logger.Warn("live feed: update failed; trying again", "err", err)
+		}
+		t.Reset(f.next())
+	}
+}
+
+// walkShare is the most of one core that walking the subscriptions may
+// take: the next poll waits at least walkShare times the last walk.
+const walkShare = 100
+
+// next is how long Run waits for its next poll: Poll, or longer when
+// walking the account's subscriptions took long (many subscriptions, and
+// changing), so that counting takes at most 1% of a core.
+func (f *Feed) next() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return max(f.cfg.Poll, walkShare*f.walk)
+}
+
+// Sync counts the subscribers now, turns the feed on if there is one (or
+// the mode is On), reading the stream's config rather than trusting what
+// it last set, and says whether the feed is on.
+func (f *Feed) Sync(ctx context.Context) (events.LiveStatus, error) {
+	on, err := f.check(ctx, true)
+	return events.LiveStatus{Live: on, Mode: string(f.cfg.Mode)}, err
+}
+
+// check counts the subscribers and turns the feed on or off as wanted;
+// read makes it read the stream's config even when nothing changed.
+func (f *Feed) check(ctx context.Context, read bool) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.count()
+	now := f.cfg.Clock()
+	if n > 0 {
+		f.seen = now
+	}
+	on := f.on.Load()
+	want := f.cfg.Mode == On || n > 0 || (on && now.Sub(f.seen) < f.cfg.Hold)
+	if want == on && !read && now.Sub(f.reconcil) < Reconcile {
+		return on, nil
+	}
+	changed, err := streams.SetLive(ctx, f.cfg.JetStream, want)
+	if err != nil {
+		return on, err
+	}
+	f.reconcil = now
+	f.on.Store(want)
+	if changed {
+		f.changes.Add(1)
+		if want {
+			f.cfg.Logger.Info("live feed on", "subscribers", n, "mode", f.cfg.Mode)
+		} else {
+			f.cfg.Logger.Info("live feed off: no subscribers", "for", f.cfg.Hold, "mode", f.cfg.Mode)
+		}
+	}
+	return want, nil
+}
+
+// count returns the number of subscriptions in the account whose subject
+// overlaps the live feed's (0 in mode On). Walking the account's
+// subscriptions costs about 1.4 µs each (BenchmarkCount), so it walks them
+// only when the account's sublist counts an insert or a removal since the
+// last walk: the same counts mean the same subscriptions. The caller holds
+// f.mu.
+func (f *Feed) count() int {
+	if f.cfg.Mode == On {
+		return 0
+	}
+	st, err := f.cfg.Server.Subsz(&server.SubszOptions{Account: f.cfg.Account})
+	if err == nil && f.walked && st.NumInserts == f.inserts && st.NumRemoves == f.removes {
+		return int(f.subs.Load())
+	}
+	start := time.Now()
+	sz, err := f.cfg.Server.Subsz(&server.SubszOptions{Account: f.cfg.Account, Subscriptions: true, Limit: math.MaxInt32})
+	if err != nil {
+		// Only a bad test subject fails, and there is none.
+		f.cfg.Logger.Error("live feed: counting subscribers", "err", err)
+		return 0
+	}
+	n := 0
+	for _, s := range sz.Subs {
+		if server.SubjectsCollide(s.Subject, events.LiveSubjects) {
+			n++
+		}
+	}
+	// The counts from before the walk: a change during it shows next
+	// time.
+	f.walked = st != nil
+	if st != nil {
+		f.inserts, f.removes = st.NumInserts, st.NumRemoves
+	}
+	f.walk = time.Since(start)
+	f.subs.Store(int64(n))
+	return n
+}

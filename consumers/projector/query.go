@@ -16,7 +16,7 @@ import (
 // Query service identity.
 const (
 	ServiceName    = "airlock-query"
-	ServiceVersion = "1.0.0"
+	ServiceVersion = "1.1.0"
 )
 
 // Serve registers the query service on nc. Stop the returned service to

@@ -30,12 +30,17 @@ func TestLiveFeedRunsWhileAnAuditorWatches(t *testing.T) {
 	c := agentClient(t, a)
 	before, err := c.Submit(ctxT(t), events.Request{Workspace: "team", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{"n":1}`)})
 	require.NoError(t, err)
+	// None of Airlock's own subscriptions, nor the agent's, counts.
+	st, err := a.Live.Sync(ctxT(t))
+	require.NoError(t, err)
+	assert.False(t, st.Live)
+	assert.Zero(t, a.Live.Subscribers())
 
 	auditor := connectAs(t, a, "auditor")
 	sub, err := auditor.SubscribeSync(events.LivePrefix + "op.team.>")
 	require.NoError(t, err)
 	require.NoError(t, auditor.Flush())
-	st, err := producers.EnsureLive(ctxT(t), auditor)
+	st, err = producers.EnsureLive(ctxT(t), auditor)
 	require.NoError(t, err)
 	assert.Equal(t, events.LiveStatus{Live: true, Mode: "auto"}, st)
 

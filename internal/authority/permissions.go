@@ -24,7 +24,9 @@ func Permissions(p Principal) *server.Permissions {
 	case RoleAgent:
 		return perms(
 			join([]string{events.RequestSubject("*", p.Name), queries, discovery}, readStream(streams.Ops)),
-			airlockWrites(events.RequestSubjects),
+			// An agent may not watch, so it has no use for asking whether
+			// anyone does (the live feed's state).
+			append(airlockWrites(events.RequestSubjects), events.QueryLiveSubject),
 			inbox, events.ReplyPrefix(p.Name)+">")
 	case RoleApprover:
 		return perms(

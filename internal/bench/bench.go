@@ -102,7 +102,8 @@ type Result struct {
 	Completed   int     `json:"completed"`
 	SyncAlways  bool    `json:"sync_always"`
 	// LiveFeed says whether AIRLOCK_OPS republished on airlock.v1.live.>
-	// during the pipeline phase.
+	// at the end of the timed pipeline phase (nobody subscribes in a run,
+	// so it is on with --live-feed on only).
 	LiveFeed bool `json:"live_feed"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.

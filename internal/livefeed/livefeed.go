@@ -3,8 +3,7 @@
 // sub` read) on while someone subscribes to it, and off otherwise.
 //
 // The server republishes each message it stores whether or not anyone
-// listens, and that costs about a twelfth of the pipeline's CPU per op
-// (ADR 0013). On the embedded server a Feed in mode Auto counts the
+// listens, and that costs 5-8% of the pipeline's CPU per op (ADR 0013). On the embedded server a Feed in mode Auto counts the
 // subscriptions whose subject overlaps airlock.v1.live.> in Airlock's
 // account (a watcher in the clients' account counts through its import)
 // every Poll, turns the feed on as soon as there is one, and off once
@@ -20,7 +19,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -122,10 +120,14 @@ type Feed struct {
 	cfg Config
 
 	// mu serializes counts and checks, so that two never update the
-	// stream at once.
-	mu       sync.Mutex
+	// stream at once: a semaphore, so that Sync can give up waiting.
+	mu       chan struct{}
 	seen     time.Time // when a subscriber was last counted
 	reconcil time.Time // when the stream's config was last read
+	// failed is the last update's error, logged again only when it
+	// changes or failLog after it was.
+	failed   string
+	failedAt time.Time
 	// The account sublist's insert and removal counts at the last walk of
 	// its subscriptions (walked), and how long the walk took.
 	walked           bool
@@ -143,8 +145,20 @@ func New(cfg Config) (*Feed, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Feed{cfg: cfg}, nil
+	return &Feed{cfg: cfg, mu: make(chan struct{}, 1)}, nil
 }
+
+// lock takes f.mu, or gives up when ctx ends.
+func (f *Feed) lock(ctx context.Context) error {
+	select {
+	case f.mu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *Feed) unlock() { <-f.mu }
 
 // Mode is the Feed's mode.
 func (f *Feed) Mode() Mode { return f.cfg.Mode }
@@ -153,8 +167,8 @@ func (f *Feed) Mode() Mode { return f.cfg.Mode }
 // subscribes), for the streams' first provisioning (streams.Config.Live),
 // and takes it as the feed's state.
 func (f *Feed) Wanted() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	_ = f.lock(context.Background())
+	defer f.unlock()
 	want := f.cfg.Mode == On || f.count() > 0
 	if want {
 		f.seen = f.cfg.Clock()
@@ -193,39 +207,68 @@ func (f *Feed) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if _, err := f.check(ctx, false); err != nil && ctx.Err() == nil {
-			f.cfg.Logger.Warn("live feed: update failed; trying again", "err", err)
+		if _, err := f.check(ctx, Reconcile); err != nil && ctx.Err() == nil {
+			f.logFailure(err)
 		}
 		t.Reset(f.next())
 	}
 }
 
-// walkShare is the most of one core that walking the subscriptions may
-// take: the next poll waits at least walkShare times the last walk.
-const walkShare = 100
+// Pacing of counts and reads.
+const (
+	// walkShare bounds the share of one core that walking the
+	// subscriptions may take: the next poll waits at least walkShare
+	// times the last walk...
+	walkShare = 100
+	// ... but no longer than maxPoll.
+	maxPoll = 2 * time.Second
+	// syncRead is how old Sync lets the stream's config as last read be
+	// before it reads it again.
+	syncRead = time.Second
+	// failLog is how often the same failure to update is logged again.
+	failLog = time.Minute
+)
 
-// next is how long Run waits for its next poll: Poll, or longer when
-// walking the account's subscriptions took long (many subscriptions, and
-// changing), so that counting takes at most 1% of a core.
+// next is how long Run waits for its next poll: Poll, or longer when the
+// last poll walked the account's subscriptions and that took long (many
+// subscriptions, changing), so that walking takes at most about 1% of a
+// core; never more than maxPoll.
 func (f *Feed) next() time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return max(f.cfg.Poll, walkShare*f.walk)
+	_ = f.lock(context.Background())
+	defer f.unlock()
+	return min(max(f.cfg.Poll, walkShare*f.walk), max(f.cfg.Poll, maxPoll))
+}
+
+// logFailure logs a failed update, each distinct error once and the same
+// one again failLog later: polls retry it four times a second.
+func (f *Feed) logFailure(err error) {
+	_ = f.lock(context.Background())
+	defer f.unlock()
+	now := f.cfg.Clock()
+	if err.Error() == f.failed && now.Sub(f.failedAt) < failLog {
+		return
+	}
+	f.failed, f.failedAt = err.Error(), now
+	f.cfg.Logger.Warn("live feed: update failed; trying again at each poll", "err", err)
 }
 
 // Sync counts the subscribers now, turns the feed on if there is one (or
-// the mode is On), reading the stream's config rather than trusting what
-// it last set, and says whether the feed is on.
+// the mode is On), and says whether the feed is on. It reads the stream's
+// config when its last reading is more than a second old, rather than
+// trust it, in case something else changed it.
 func (f *Feed) Sync(ctx context.Context) (events.LiveStatus, error) {
-	on, err := f.check(ctx, true)
+	on, err := f.check(ctx, syncRead)
 	return events.LiveStatus{Live: on, Mode: string(f.cfg.Mode)}, err
 }
 
-// check counts the subscribers and turns the feed on or off as wanted;
-// read makes it read the stream's config even when nothing changed.
-func (f *Feed) check(ctx context.Context, read bool) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// check counts the subscribers and turns the feed on or off as wanted; it
+// reads the stream's config even when nothing changed once the last
+// reading is older than stale.
+func (f *Feed) check(ctx context.Context, stale time.Duration) (bool, error) {
+	if err := f.lock(ctx); err != nil {
+		return f.on.Load(), err
+	}
+	defer f.unlock()
 	n := f.count()
 	now := f.cfg.Clock()
 	if n > 0 {
@@ -233,13 +276,14 @@ func (f *Feed) check(ctx context.Context, read bool) (bool, error) {
 	}
 	on := f.on.Load()
 	want := f.cfg.Mode == On || n > 0 || (on && now.Sub(f.seen) < f.cfg.Hold)
-	if want == on && !read && now.Sub(f.reconcil) < Reconcile {
+	if want == on && now.Sub(f.reconcil) < stale {
 		return on, nil
 	}
 	changed, err := streams.SetLive(ctx, f.cfg.JetStream, want)
 	if err != nil {
 		return on, err
 	}
+	f.failed = ""
 	f.reconcil = now
 	f.on.Store(want)
 	if changed {
@@ -255,16 +299,17 @@ func (f *Feed) check(ctx context.Context, read bool) (bool, error) {
 
 // count returns the number of subscriptions in the account whose subject
 // overlaps the live feed's (0 in mode On). Walking the account's
-// subscriptions costs about 1.4 µs each (BenchmarkCount), so it walks them
-// only when the account's sublist counts an insert or a removal since the
-// last walk: the same counts mean the same subscriptions. The caller holds
-// f.mu.
+// subscriptions costs about a microsecond each (BenchmarkCount), so it
+// walks them only when the account's sublist counts an insert or a removal
+// since the last walk: the same counts mean the same subscriptions. The
+// caller holds f.mu.
 func (f *Feed) count() int {
 	if f.cfg.Mode == On {
 		return 0
 	}
 	st, err := f.cfg.Server.Subsz(&server.SubszOptions{Account: f.cfg.Account})
 	if err == nil && f.walked && st.NumInserts == f.inserts && st.NumRemoves == f.removes {
+		f.walk = 0
 		return int(f.subs.Load())
 	}
 	start := time.Now()

@@ -110,14 +110,14 @@ func run(t *testing.T, f *livefeed.Feed) {
 }
 
 // An auditor in the clients' account subscribes to part of the feed: its
-// import makes it count in Airlock's account, the feed turns on, and the
-// auditor receives each message stored from the answer to Sync on. With
-// the subscription gone, the feed turns off after Hold.
+// import makes it count in Airlock's account, Sync turns the feed on (no
+// poll runs yet), and the auditor receives each message stored from its
+// answer on. With the subscription gone, polls turn the feed off after
+// Hold.
 func TestFeedFollowsAWatcherInTheClientsAccount(t *testing.T) {
 	r := startRig(t, true)
 	f := r.feed(t, authority.ServiceAccount, 300*time.Millisecond)
 	assert.False(t, f.Wanted(), "nobody subscribes")
-	run(t, f)
 	r.appendOp(t, 1) // not republished: nobody to see it
 
 	auditor := r.connect(t, "auditor")
@@ -141,10 +141,7 @@ func TestFeedFollowsAWatcherInTheClientsAccount(t *testing.T) {
 	assert.Equal(t, "2", string(m.Data), "the first message stored after the answer, none before")
 	assert.Equal(t, "2", m.Header.Get(jetstream.SequenceHeader))
 
-	// Airlock's own subscriptions elsewhere do not count.
-	other, err := r.nc.SubscribeSync(events.OpSubjects)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = other.Unsubscribe() })
+	run(t, f)
 	require.NoError(t, sub.Unsubscribe())
 	require.NoError(t, auditor.Flush())
 	// The Feed's own state follows the stream's update.
@@ -183,22 +180,29 @@ func TestFeedCountsOverlappingSubjects(t *testing.T) {
 	assert.Equal(t, int64(7), f.Subscribers())
 }
 
-// A watcher that reconnects within Hold finds the feed still on.
+// A watcher that reconnects within Hold finds the feed still on: polls
+// that count no subscriber do not turn it off before Hold.
 func TestFeedHoldsThroughAReconnect(t *testing.T) {
 	r := startRig(t, false)
 	f := r.feed(t, server.DEFAULT_GLOBAL_ACCOUNT, 5*time.Second)
 	run(t, f)
-	nc := r.connect(t, "")
-	sub, err := nc.SubscribeSync(events.LiveSubjects)
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	require.Eventually(t, func() bool { return r.live(t) }, 5*time.Second, 10*time.Millisecond, "on within a few polls, without Sync")
-	require.NoError(t, sub.Unsubscribe())
-	require.NoError(t, nc.Flush())
-	time.Sleep(200 * time.Millisecond) // twenty polls with no subscriber
+	watch := func() *nats.Conn {
+		nc := r.connect(t, "")
+		_, err := nc.SubscribeSync(events.LiveSubjects)
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		return nc
+	}
+	nc := watch()
+	require.Eventually(t, func() bool { return f.On() && r.live(t) }, 5*time.Second, 10*time.Millisecond, "on within a few polls, without Sync")
+	nc.Close() // the watcher's connection drops
+	require.Eventually(t, func() bool { return f.Subscribers() == 0 }, 5*time.Second, 10*time.Millisecond, "polls count none")
+	time.Sleep(100 * time.Millisecond) // more polls with no subscriber
 	assert.True(t, r.live(t))
-	assert.Equal(t, int64(0), f.Subscribers())
-	assert.Equal(t, uint64(1), f.Changes())
+	watch() // and comes back
+	require.Eventually(t, func() bool { return f.Subscribers() == 1 }, 5*time.Second, 10*time.Millisecond)
+	assert.True(t, r.live(t))
+	assert.Equal(t, uint64(1), f.Changes(), "never turned off")
 }
 
 // Mode On provisions the feed on, and Sync turns it on again after

@@ -158,15 +158,25 @@ func storage(c Config) jetstream.StorageType {
 	return jetstream.FileStorage
 }
 
-// Provision creates or updates both streams.
+// Provision creates or updates both streams, and turns the live feed on
+// or off as c.Live says. A stream whose settings differ from Airlock's gets
+// Airlock's whole config, but the live feed alone changes nothing else
+// (SetLive): an existing stream keeps its RePublish through the update.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c)} {
-		if st, err := js.Stream(ctx, sc.Name); err == nil && same(st.CachedInfo().Config, sc) {
-			continue // nothing to change: no update, no advisory
+		if st, err := js.Stream(ctx, sc.Name); err == nil {
+			have := st.CachedInfo().Config
+			sc.RePublish = have.RePublish
+			if same(have, sc) {
+				continue // nothing to change: no update, no advisory
+			}
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
+	}
+	if _, err := SetLive(ctx, js, c.Live); err != nil {
+		return err
 	}
 	kc := AuditConfig(c)
 	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {

@@ -120,3 +120,35 @@ func TestSetLiveTogglesOnlyTheRepublish(t *testing.T) {
 	assert.Nil(t, info.Config.RePublish)
 	assert.Equal(t, int64(1<<30), info.Config.MaxBytes, "the rest of the config is kept")
 }
+
+// Turning the feed on and off across starts keeps what an operator set on
+// the stream by hand: only a difference in Airlock's own settings makes
+// Provision rewrite the config.
+func TestProvisionKeepsHandSetLimitsAcrossTheFeed(t *testing.T) {
+	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
+	cfg := streams.OpsConfig(streams.Config{})
+	cfg.MaxBytes = 1 << 30
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	for _, live := range []bool{true, false, true} {
+		_, err = streams.SetLive(ctx, js, !live) // left by the last run
+		require.NoError(t, err)
+		require.NoError(t, streams.Provision(ctx, js, streams.Config{Live: live}))
+		st, err := js.Stream(ctx, streams.Ops)
+		require.NoError(t, err)
+		info := st.CachedInfo()
+		assert.Equal(t, live, info.Config.RePublish != nil)
+		assert.Equal(t, int64(1<<30), info.Config.MaxBytes, "kept, live %v", live)
+	}
+}

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// An AIRLOCK_OPS made before the stream republished what it stores (an
-// upgrade) gets the republish at the next Provision, keeps its messages,
-// and republishes what it stores from then on.
-func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
+// startServer starts an embedded server with JetStream and connects to it
+// in process.
+func startServer(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir()})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
@@ -27,8 +27,17 @@ func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
+	return nc, js
+}
+
+// An AIRLOCK_OPS made before the stream republished what it stores (an
+// upgrade) gets the republish at the next Provision, keeps its messages,
+// and republishes what it stores from then on.
+func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
+	nc, js := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var err error
 
 	old := streams.OpsConfig(streams.Config{})
 	old.RePublish = nil
@@ -64,16 +73,10 @@ func TestProvisionAddsRepublishToAnOlderStream(t *testing.T) {
 // messages stay, the rest of the config (an operator's limit included)
 // stays, and only what is stored while it is on is republished.
 func TestSetLiveTogglesOnlyTheRepublish(t *testing.T) {
-	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	nc, js := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var err error
 
 	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
 	on, err := streams.Live(ctx, js)
@@ -125,16 +128,10 @@ func TestSetLiveTogglesOnlyTheRepublish(t *testing.T) {
 // the stream by hand: only a difference in Airlock's own settings makes
 // Provision rewrite the config.
 func TestProvisionKeepsHandSetLimitsAcrossTheFeed(t *testing.T) {
-	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir()})
-	require.NoError(t, err)
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	_, js := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var err error
 
 	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
 	cfg := streams.OpsConfig(streams.Config{})

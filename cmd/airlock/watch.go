@@ -179,6 +179,10 @@ func ensureLive(nc *nats.Conn) error {
 	defer cancel()
 	st, err := producers.EnsureLive(ctx, nc)
 	switch {
+	case err != nil && strings.Contains(err.Error(), nats.ErrNoResponders.Error()):
+		// Airlock is not running, or predates the question (its feed is
+		// then always on).
+		return errors.New("no Airlock answered whether the live feed is on: events show while an Airlock runs and republishes them")
 	case err != nil:
 		return fmt.Errorf("could not make sure the live feed is on (%v): events may show late or not at all", err)
 	case !st.Live:

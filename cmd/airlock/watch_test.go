@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/internal/watch"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -367,4 +369,28 @@ func TestWatchReportsGapsAndRepeats(t *testing.T) {
 			assert.Contains(t, errOut.String(), tc.wantStderr)
 		}
 	}
+}
+
+// What watch says about the live feed: nothing when an Airlock turned it
+// on for the watch's subscription, and that none answered when no Airlock
+// runs on the server.
+func TestWatchAsksForTheLiveFeed(t *testing.T) {
+	bare := testenv.StartNATS(t, streams.Config{})
+	_, err := bare.Conn.SubscribeSync(events.LiveSubjects)
+	require.NoError(t, err)
+	err = ensureLive(bare.Conn)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "no Airlock answered")
+
+	a := testenv.StartApp(t, app.Config{})
+	nc, err := nats.Connect(a.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	err = ensureLive(nc)
+	require.Error(t, err, "no subscription: Airlock sees none")
+	assert.Contains(t, err.Error(), "the live feed is off")
+	_, err = nc.SubscribeSync(events.LivePrefix + "op.>")
+	require.NoError(t, err)
+	require.NoError(t, ensureLive(nc))
+	assert.True(t, a.Live.On())
 }

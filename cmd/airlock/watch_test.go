@@ -394,3 +394,43 @@ func TestWatchAsksForTheLiveFeed(t *testing.T) {
 	require.NoError(t, ensureLive(nc))
 	assert.True(t, a.Live.On())
 }
+
+// A watch outlives a restart of the Airlock it watches: it says it lost
+// the connection and got it back, asks for the live feed again (the new
+// process starts with it off), and shows the ops that run after.
+func TestWatchAcrossARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, addr := t.TempDir(), freePort(t)
+	srv := startServer(t, dir, addr, nil)
+	w := startWatch(t, srv, "--json")
+	submit := func(srv *server, n int) {
+		t.Helper()
+		out, stderr, code := srv.run(t, "submit", "--ws", "demo", "--tool", "echo", "--args", fmt.Sprintf(`{"n":%d}`, n))
+		require.Equal(t, 0, code, "%s%s", out, stderr)
+	}
+	submit(srv, 1)
+	w.lines(t, 3) // decided, claimed, completed
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, err := srv.stop(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, code, srv.stderr.String())
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr.String(), "disconnected") }, 30*time.Second, 10*time.Millisecond, w.stderr.String())
+
+	srv = startServer(t, dir, addr, nil)
+	require.Eventually(t, func() bool { return strings.Contains(w.stderr.String(), "reconnected at ") }, 60*time.Second, 10*time.Millisecond, w.stderr.String())
+	submit(srv, 2)
+	lines := w.lines(t, 6)
+	var last struct {
+		Event string `json:"event"`
+		Seq   uint64 `json:"seq"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[5]), &last), lines[5])
+	assert.Equal(t, "completed", last.Event)
+	assert.Equal(t, uint64(7), last.Seq, "the policy loaded at the first start, then two ops of three events")
+	assert.NotContains(t, w.stderr.String(), "live feed", "no complaint about the feed")
+	assert.Equal(t, 0, w.stop(t))
+}

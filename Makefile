@@ -26,9 +26,9 @@ test: ## what CI runs: vet, format check, race tests
 test-short: ## fast tests only (no subprocess crash tests)
 	$(GO) test -short -count=1 $(RUNFLAGS) $(PKG)
 
-bench: build ## airlock bench (OPS=20000) and the Go micro-benchmarks
+bench: build ## airlock bench (OPS=20000) and every Go micro-benchmark
 	./bin/airlock bench --ops $(OPS)
-	$(GO) test -run '^$$' -bench . -benchmem ./events/...
+	$(GO) test -run '^$$' -bench . -benchmem $(PKG)
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	@for pkg in $$($(GO) list ./...); do \

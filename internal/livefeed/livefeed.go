@@ -189,11 +189,11 @@ func (f *Feed) Changes() uint64 { return f.changes.Load() }
 
 // Run keeps the feed as Auto wants until ctx ends: it counts the
 // subscribers every Poll (less often when counting is slow, see next) and
-// reads the stream's config every Reconcile. A
-// failed update is logged and tried again at the next poll. In mode On it
-// only waits for ctx: the streams were provisioned with the feed on, and
-// Sync turns it on again if something turned it off. (Another process
-// that embeds the server and runs Auto decides then.)
+// reads the stream's config every Reconcile. A failed update is logged
+// and tried again at the next poll. In mode On it only waits for ctx: the
+// streams were provisioned with the feed on, and Sync turns it on again if
+// something turned it off. (Another process that embeds the server and
+// runs Auto decides then.)
 func (f *Feed) Run(ctx context.Context) error {
 	if f.cfg.Mode == On {
 		<-ctx.Done()

@@ -125,6 +125,16 @@ func TestCLI(t *testing.T) {
 		_, stderr, code := srv.run(t, args...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 	}
+	// serve refuses a live feed mode it does not know, and auto where it
+	// cannot see the subscribers; usage errors before anything starts.
+	for _, args := range [][]string{
+		{"--live-feed", "sometimes"},
+		{"--live-feed", "auto", "--nats-url", srv.url},
+	} {
+		_, stderr, code := run(t, append([]string{"serve", "--data", t.TempDir(), "--listen", freePort(t), "--monitor", ""}, args...)...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+		assert.Contains(t, stderr, "--live-feed", args)
+	}
 
 	// Nothing listening: exit 1 and a JSON error, still one object.
 	out, _, code = run(t, "submit", "--server=nats://"+freePort(t), "--ws", "cli", "--tool", "echo", "--json")

@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -233,7 +232,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 
 	if cfg.Warmup > 0 {
 		wstart := time.Now()
-		if _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil); err != nil {
+		if _, _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil); err != nil {
 			return 0, 0, fmt.Errorf("warm-up: %w", err)
 		}
 		res.WarmupOpsPerS = float64(cfg.Warmup) / time.Since(wstart).Seconds()
@@ -249,12 +248,9 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	m := cfg.track(phase, cfg.Ops)
 	defer m.end()
 	cpu0, faults0 := processCPU()
-	start := time.Now()
-	completed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m)
-	elapsed := time.Since(start)
+	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m)
 	cpu, faults := processCPU()
 	cpu, faults = cpu-cpu0, faults-faults0
-	m.end()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -290,49 +286,27 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 }
 
 // submitAll submits n echo ops, concurrency at a time, with idempotency
-// keys <prefix>-<i>, and returns how many completed. lat, if not nil,
-// takes each op's submit-to-outcome latency; m, if not nil, counts them.
-func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter) (int, error) {
-	var next, completed atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				t0 := time.Now()
-				out, err := c.Submit(ctx, events.Request{
-					Workspace: "bench", Agent: "bench", Tool: "echo",
-					Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
-					IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
-				})
-				if lat != nil {
-					lat[i] = time.Since(t0)
-				}
-				if err != nil {
-					once.Do(func() { firstErr = err })
-					return
-				}
-				if out.State == events.StateCompleted {
-					completed.Add(1)
-				}
-				if m != nil {
-					m.add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
-	}
-	return int(completed.Load()), firstErr
+// keys <prefix>-<i>, and returns how many completed and how long they
+// took. lat, if not nil, takes each op's submit-to-outcome latency; m, if
+// not nil, counts them (and is ended).
+func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter) (int, time.Duration, error) {
+	var completed atomic.Int64
+	took, err := parallel(ctx, m, concurrency, n, func(i int) error {
+		t0 := time.Now()
+		out, err := c.Submit(ctx, events.Request{
+			Workspace: "bench", Agent: "bench", Tool: "echo",
+			Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
+			IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
+		})
+		if lat != nil {
+			lat[i] = time.Since(t0)
+		}
+		if err == nil && out.State == events.StateCompleted {
+			completed.Add(1)
+		}
+		return err
+	})
+	return int(completed.Load()), took, err
 }
 
 // stored counts the messages both streams took (erased requests

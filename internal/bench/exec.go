@@ -26,7 +26,7 @@ const execConcurrency = 16
 // time, and reports both rates and their ratio.
 func execs(ctx context.Context, cfg Config, c *producers.Client, root string, res *Result) error {
 	args := json.RawMessage(`{"argv":["/bin/true"]}`)
-	took, err := parallel(ctx, cfg.track(PhaseExec, cfg.Execs), cfg.Execs, func(i int) error {
+	took, err := parallel(ctx, cfg.track(PhaseExec, cfg.Execs), execConcurrency, cfg.Execs, func(i int) error {
 		out, err := c.Submit(ctx, events.Request{
 			Workspace: execWorkspace, Agent: "bench", Tool: "exec", Args: args,
 			IdempotencyKey: fmt.Sprintf("exec-%d", i),
@@ -42,7 +42,7 @@ func execs(ctx context.Context, cfg Config, c *producers.Client, root string, re
 	if err != nil {
 		return err
 	}
-	bare, err := parallel(ctx, cfg.track(PhaseForkExec, cfg.Execs), cfg.Execs, func(int) error {
+	bare, err := parallel(ctx, cfg.track(PhaseForkExec, cfg.Execs), execConcurrency, cfg.Execs, func(int) error {
 		cmd := exec.CommandContext(ctx, "/bin/true")
 		cmd.Dir = root
 		return cmd.Run()
@@ -57,16 +57,17 @@ func execs(ctx context.Context, cfg Config, c *producers.Client, root string, re
 	return nil
 }
 
-// parallel runs f(0..n-1), execConcurrency at a time, counting each on m,
-// and returns how long it took, or the first error. It ends m.
-func parallel(ctx context.Context, m *meter, n int, f func(i int) error) (time.Duration, error) {
+// parallel runs f(0..n-1), concurrency at a time, counting each that
+// returns on m (nil for none), and returns how long it took, and the first
+// error, or ctx's when it ended first. It ends m.
+func parallel(ctx context.Context, m *meter, concurrency, n int, f func(i int) error) (time.Duration, error) {
 	defer m.end()
 	var next atomic.Int64
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range execConcurrency {
+	for range concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -85,6 +86,8 @@ func parallel(ctx context.Context, m *meter, n int, f func(i int) error) (time.D
 	}
 	wg.Wait()
 	took := time.Since(start)
-	m.end()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
 	return took, firstErr
 }

@@ -29,7 +29,7 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 		return err
 	}
 	lat := make([]time.Duration, cfg.Holds)
-	if _, err := parallel(ctx, cfg.track(PhaseHolds, cfg.Holds), cfg.Holds, func(i int) error {
+	if _, err := parallel(ctx, cfg.track(PhaseHolds, cfg.Holds), execConcurrency, cfg.Holds, func(i int) error {
 		d, err := holdOnce(ctx, c, ap, i)
 		lat[i] = d
 		return err

@@ -54,6 +54,9 @@ func TestMain(m *testing.M) {
 	if run := flag.Lookup("test.run").Value.String(); !testing.Short() && (run == "" || matches(run, "TestNATSCLI")) {
 		go func() { _, _ = natsCLI() }() // built while the other tests run
 	}
+	if run := flag.Lookup("test.run").Value.String(); !testing.Short() && (run == "" || matches(run, "TestCluster")) {
+		go func() { _, _ = natsServerBinary() }()
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -77,11 +80,13 @@ func freePort(t *testing.T) string {
 
 // server is one `airlock serve` subprocess.
 type server struct {
-	cmd    *exec.Cmd
-	dir    string
-	url    string
-	done   chan struct{}
-	stderr *lockedBuffer
+	cmd *exec.Cmd
+	dir string
+	url string
+	// metrics is its /metrics URL, when it serves one (launchServe).
+	metrics string
+	done    chan struct{}
+	stderr  *lockedBuffer
 }
 
 type lockedBuffer struct {

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/metrics"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// clusterWS is the workspace the cluster tests' ops run in.
+const clusterWS = "cluster"
+
+// deployment is a three-node NATS cluster and n `airlock serve` processes
+// on it, each with its own data dir, as deploy/README.md runs them.
+type deployment struct {
+	t       *testing.T
+	cluster *natsCluster
+	set     *authority.Set
+	dirs    []string
+	root    string // the workspace root, shared by every process (one host)
+	policy  string
+	args    []string
+	env     []string
+
+	mu    sync.Mutex
+	procs []*server // nil while a process is down
+	// startFailures counts starts of serve that exited before serving.
+	startFailures int
+	kills         int
+}
+
+// newDeployment starts the cluster and n Airlock processes, one after the
+// other, with --replicas 3 and the extra serve args.
+func newDeployment(t *testing.T, n int, extra ...string) *deployment {
+	t.Helper()
+	dirs, set := clusterData(t, n)
+	d := &deployment{t: t, set: set, dirs: dirs, root: t.TempDir(), procs: make([]*server, n)}
+	d.cluster = startCluster(t, set)
+	d.policy = filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(d.policy, []byte(fmt.Sprintf(
+		"tools: {exec: exec, apply_patch: write, echo: read, count: write}\ndefault_mode: auto\nworkspaces:\n  %s: {mode: auto, root: %q}\n",
+		clusterWS, d.root)), 0o600))
+	d.args = append([]string{"--nats-url", d.cluster.urls(), "--replicas", "3", "--policy", d.policy, "--metrics", "127.0.0.1:0"}, extra...)
+	for i := range n {
+		d.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range d.procs {
+			d.kill(i)
+		}
+	})
+	return d
+}
+
+// start starts process i, trying again (a start can fail while the
+// cluster has no leader) for up to two minutes.
+func (d *deployment) start(i int) {
+	d.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		s, err := launchServe(d.dirs[i], d.env, d.args...)
+		if err == nil {
+			d.mu.Lock()
+			d.procs[i] = s
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Lock()
+		d.startFailures++
+		d.mu.Unlock()
+		d.t.Logf("airlock %d did not start: %v", i, err)
+		if time.Now().After(deadline) {
+			d.t.Fatalf("airlock %d did not start in two minutes: %v", i, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// kill SIGKILLs process i, if it runs.
+func (d *deployment) kill(i int) {
+	d.mu.Lock()
+	s := d.procs[i]
+	d.procs[i] = nil
+	d.mu.Unlock()
+	if s != nil {
+		s.kill()
+		d.mu.Lock()
+		d.kills++
+		d.mu.Unlock()
+	}
+}
+
+// stop ends process i with SIGTERM, as an operator does, and waits.
+func (d *deployment) stop(i int) {
+	d.t.Helper()
+	d.mu.Lock()
+	s := d.procs[i]
+	d.procs[i] = nil
+	d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, err := s.stop(ctx)
+	require.NoError(d.t, err)
+	require.Equal(d.t, 0, code, "airlock serve %s: %s", s.dir, s.stderr.String())
+}
+
+// proc is process i, nil while it is down.
+func (d *deployment) proc(i int) *server {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.procs[i]
+}
+
+// stderr is every process's log, for a failure message.
+func (d *deployment) stderr() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var b strings.Builder
+	for i, s := range d.procs {
+		if s != nil {
+			fmt.Fprintf(&b, "\n--- airlock %d:\n%s", i, tail(s.stderr.String(), 4000))
+		}
+	}
+	return b.String()
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// agent is a client of the deployment as the agent principal, connected
+// to every node and reconnecting for ever.
+func (d *deployment) agent(t *testing.T, opts ...producers.Option) *producers.Client {
+	t.Helper()
+	opt, err := authority.ConnectOption(d.set.CredsPath("agent"))
+	require.NoError(t, err)
+	nc, err := nats.Connect(d.cluster.urls(), opt, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	c, err := producers.New(nc, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// marker is the file every exec op of the deployment appends its id to.
+func (d *deployment) marker() string { return filepath.Join(d.root, "marker") }
+
+// execRequest is op id's exec request: it appends id to the marker file.
+func (d *deployment) execRequest(id int) events.Request {
+	args, _ := json.Marshal(map[string]any{"argv": []string{"/bin/sh", "-c", fmt.Sprintf("echo %d >> %s", id, d.marker())}})
+	return events.Request{Workspace: clusterWS, Agent: "agent", Tool: "exec", Args: args}
+}
+
+// markerCounts counts the marker lines of each id.
+func (d *deployment) markerCounts(t *testing.T) map[int]int {
+	t.Helper()
+	counts := map[int]int{}
+	f, err := os.Open(d.marker())
+	if os.IsNotExist(err) {
+		return counts
+	}
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n, err := strconv.Atoi(strings.TrimSpace(sc.Text()))
+		require.NoError(t, err, "marker line %q", sc.Text())
+		counts[n]++
+	}
+	require.NoError(t, sc.Err())
+	return counts
+}
+
+// appliedSeq is process s's projector position, from its metrics.
+func appliedSeq(s *server) (uint64, error) {
+	resp, err := http.Get(s.metrics)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), metrics.ProjectorSeq+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return uint64(f), err
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", metrics.ProjectorSeq, s.metrics)
+}
+
+// waitCaughtUp waits until every running process's projector has applied
+// the whole ops stream, and the stream stays still for a moment.
+func (d *deployment) waitCaughtUp(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	var last uint64
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		seq, err := opsStreamLast(ctx, js)
+		if err != nil {
+			return false
+		}
+		for i := range d.procs {
+			s := d.proc(i)
+			if s == nil {
+				continue
+			}
+			if got, err := appliedSeq(s); err != nil || got < seq {
+				return false
+			}
+		}
+		stable := seq == last
+		last = seq
+		return stable
+	}, 2*time.Minute, 500*time.Millisecond, "projectors did not catch up: %s", d.stderr())
+	return last
+}
+
+// opTally is what the stream holds of one op.
+type opTally struct {
+	terminals int
+	last      events.Type
+}
+
+// tallyOps reads every op event of the workspace once and counts each op's
+// terminal events.
+func tallyOps(t *testing.T, js jetstream.JetStream) map[string]*opTally {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>"}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	out := map[string]*opTally{}
+	left := int(info.NumPending)
+	for left > 0 {
+		batch, err := cons.Fetch(min(left, 1000), jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(t, err)
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			_, op, _, verb, ok := events.OpSubjectParts(m.Subject())
+			require.True(t, ok, m.Subject())
+			tl := out[op]
+			if tl == nil {
+				tl = &opTally{}
+				out[op] = tl
+			}
+			typ := events.Type(m.Headers().Get(events.HeaderPrefix + "type"))
+			tl.last = typ
+			switch verb {
+			case "completed", "failed", "ambiguous", "denied", "expired":
+				tl.terminals++
+			}
+		}
+		require.NoError(t, batch.Error())
+		require.Positive(t, n, "no progress reading the ops stream")
+		left -= n
+	}
+	return out
+}
+
+// verifyAll stops every process cleanly and runs `audit verify` on each
+// data dir: each must be sound, and all must be one log.
+func (d *deployment) verifyAll(t *testing.T) []verifyJSON {
+	t.Helper()
+	for i := range d.procs {
+		d.stop(i)
+	}
+	var out []verifyJSON
+	for _, dir := range d.dirs {
+		v, code, errOut := auditVerify(t, "--data", dir)
+		require.Equal(t, 0, code, "audit verify %s: %+v %s", dir, v, errOut)
+		out = append(out, v)
+	}
+	return out
+}

@@ -372,6 +372,7 @@ func TestDecodeDataEveryType(t *testing.T) {
 		events.TypeDenied:       &events.Denied{},
 		events.TypeExpired:      &events.Expired{},
 		events.TypeClaimed:      &events.Claimed{},
+		events.TypeStarted:      &events.Started{},
 		events.TypeCompleted:    &events.Completed{},
 		events.TypeFailed:       &events.Failed{},
 		events.TypeAmbiguous:    &events.Ambiguous{},

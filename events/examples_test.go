@@ -146,6 +146,9 @@ func TestExamples(t *testing.T) {
 			case *events.Claimed:
 				assert.NotEmpty(t, d.Attempt)
 				assert.NotEmpty(t, d.Executor)
+				assert.True(t, events.ValidInstance(d.Instance), "instance %q", d.Instance)
+			case *events.Started:
+				assert.NotEmpty(t, d.Attempt)
 			case *events.Completed:
 				assert.NotEmpty(t, d.Attempt)
 				assert.Positive(t, d.ResultBytes, "result_bytes is the size of the result, at least 4 (null)")
@@ -221,11 +224,12 @@ func TestExamplesAgree(t *testing.T) {
 	assert.Equal(t, req.Tool, dec.Request.Tool)
 	assert.Equal(t, req.IdempotencyKey, dec.Request.IdempotencyKey)
 
-	// decided -> claimed -> completed folds, as do the alternatives.
+	// decided -> claimed -> started -> completed folds, as do the
+	// alternatives.
 	for _, last := range []string{"completed", "failed", "ambiguous"} {
 		t.Run(last, func(t *testing.T) {
 			op := &events.Op{}
-			for i, name := range []string{"decided", "claimed", last, "scrubbed"} {
+			for i, name := range []string{"decided", "claimed", "started", last, "scrubbed"} {
 				require.NoError(t, op.Apply(decodeExample(t, files[name]), uint64(i+1), t0), name)
 			}
 			assert.Equal(t, opID, op.ID)

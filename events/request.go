@@ -20,6 +20,9 @@ const (
 	MaxIdempotencyKeyBytes = 256
 	// MaxResultBytes bounds the compacted result an executor may store.
 	MaxResultBytes = 512 << 10
+	// MaxEvidenceBytes bounds the evidence an executor records in a
+	// started event (executor.Preparer).
+	MaxEvidenceBytes = 128 << 10
 )
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)

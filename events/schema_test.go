@@ -360,6 +360,12 @@ func TestSchemasRefuseBadValues(t *testing.T) {
 		{"claimed: attempt not a NUID", "claimed", []edit{{"data.attempt", put("a1")}}, false},
 		{"claimed: delivery 0", "claimed", []edit{{"data.delivery", put(0)}}, false},
 		{"claimed: consumer with a dot", "claimed", []edit{{"data.consumer", put("airlock.exec-send_email")}}, false},
+		{"claimed: instance not 16 hex digits", "claimed", []edit{{"data.instance", put("3F9A0C2E5B7D1E44")}}, false},
+		{"claimed: empty host", "claimed", []edit{{"data.host", put("")}}, false},
+		{"started: attempt not a NUID", "started", []edit{{"data.attempt", put("a1")}}, false},
+		{"started: evidence a string", "started", []edit{{"data.evidence", put("files")}}, false},
+		{"started: evidence of a patch", "started", []edit{{"data.evidence", put(map[string]any{"files": []any{}})}}, true},
+		{"ambiguous: instance of another shape", "ambiguous", []edit{{"data.instance", put("inst-1")}}, false},
 		{"claimed: a recovery", "claimed", []edit{{"data.recovers", put("Hs5NwQ2aZr8TkL0vYc3mPb")}, {"data.runner", put("Zr2LkW7nBq5XtD0mFc4sHv")}}, true},
 
 		{"completed: carrying the result", "completed", []edit{{"data.result", put(map[string]any{"sent": true})}}, false},

@@ -58,7 +58,7 @@ func StateAfter(t Type) State {
 		return StateHeld
 	case TypeGranted:
 		return StateGranted
-	case TypeClaimed:
+	case TypeClaimed, TypeStarted:
 		return StateExecuting
 	}
 	return ""
@@ -95,6 +95,9 @@ type Op struct {
 	// Attempt is the id of the newest claim; Attempts counts claims.
 	Attempt  string `json:"attempt,omitempty"`
 	Attempts int    `json:"attempts,omitempty"`
+	// Started says that the newest claim's attempt has its started event:
+	// it may have taken effect.
+	Started bool `json:"started,omitempty"`
 	// ResultDigest and ResultBytes describe a completed op's result, which
 	// is not kept: only the reply to the request carried it.
 	ResultDigest string `json:"result_digest,omitempty"`
@@ -156,6 +159,9 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 	case *Claimed:
 		op.Attempt = d.Attempt
 		op.Attempts++
+		op.Started = false
+	case *Started:
+		op.Started = true
 	case *Completed:
 		op.ResultDigest, op.ResultBytes = d.ResultDigest, d.ResultBytes
 	case *Failed:
@@ -220,6 +226,11 @@ func (op *Op) next(data any) (State, error) {
 			return StateExecuting, nil
 		}
 		return bad("claimed")
+	case *Started:
+		if from == StateExecuting && d.Attempt == op.Attempt && !op.Started {
+			return StateExecuting, nil
+		}
+		return bad("started")
 	case *Completed:
 		if from == StateExecuting && d.Attempt == op.Attempt {
 			return StateCompleted, nil

@@ -1,6 +1,9 @@
 package events
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Subjects. Every subject carries the workspace so that subject mapping can
 // partition by it. See docs/subjects.md.
@@ -88,7 +91,39 @@ func OpFilter(ws, op string) string { return SubjectRoot + ".op." + ws + "." + o
 
 // ReadySubjects matches the decided events of one tool in every workspace:
 // what the tool's executors consume.
-func ReadySubjects(tool string) string { return SubjectRoot + ".op.*.*." + tool + ".decided" }
+func ReadySubjects(tool string) string { return ReadySubject("*", tool) }
+
+// ReadySubject matches the decided events of one tool in workspace ws
+// ("*" for every workspace).
+func ReadySubject(ws, tool string) string {
+	return SubjectRoot + ".op." + ws + ".*." + tool + ".decided"
+}
+
+// ReadySubjectsOf is what the executors of tool that serve workspaces
+// (nil: every workspace) consume, sorted.
+func ReadySubjectsOf(tool string, workspaces []string) []string {
+	if workspaces == nil {
+		return []string{ReadySubjects(tool)}
+	}
+	out := make([]string, 0, len(workspaces))
+	for _, ws := range workspaces {
+		out = append(out, ReadySubject(ws, tool))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// ReadyFilterServes reports whether filter, a consumer's filter subject,
+// takes the decided events of tool in workspace ws: "*" or ws in the
+// workspace token, "*" or tool in the tool token, the op token a
+// wildcard, and nothing else.
+func ReadyFilterServes(filter, ws, tool string) bool {
+	t := strings.Split(filter, ".")
+	if len(t) != 7 || t[0]+"."+t[1] != SubjectRoot || t[2] != "op" || t[6] != "decided" {
+		return false
+	}
+	return (t[3] == "*" || t[3] == ws) && t[4] == "*" && (t[5] == "*" || t[5] == tool)
+}
 
 // GrantedSubjects matches every granted event: the gate's resume work.
 const GrantedSubjects = SubjectRoot + ".op.*.*.*.granted"

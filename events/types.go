@@ -1,6 +1,7 @@
 package events
 
 import (
+	"encoding/json"
 	"time"
 )
 
@@ -17,6 +18,7 @@ const (
 	TypeDenied    Type = "dev.airlock.op.denied.v1"
 	TypeExpired   Type = "dev.airlock.op.expired.v1"
 	TypeClaimed   Type = "dev.airlock.op.claimed.v1"
+	TypeStarted   Type = "dev.airlock.op.started.v1"
 	TypeCompleted Type = "dev.airlock.op.completed.v1"
 	TypeFailed    Type = "dev.airlock.op.failed.v1"
 	TypeAmbiguous Type = "dev.airlock.op.ambiguous.v1"
@@ -30,7 +32,7 @@ const (
 // AllTypes lists every event type.
 var AllTypes = []Type{
 	TypeRequested, TypeRejected, TypeDecided, TypeHeld, TypeGranted, TypeDenied,
-	TypeExpired, TypeClaimed, TypeCompleted, TypeFailed, TypeAmbiguous, TypeScrubbed,
+	TypeExpired, TypeClaimed, TypeStarted, TypeCompleted, TypeFailed, TypeAmbiguous, TypeScrubbed,
 	TypeModeSet, TypePolicyLoaded,
 }
 
@@ -177,6 +179,29 @@ type Claimed struct {
 	// Runner names the runner process that made the claim: when its
 	// decided event is delivered to another runner, the claim is lost.
 	Runner string `json:"runner,omitempty"`
+	// Instance names the Airlock instance (its data dir) that made the
+	// claim, and Host the host it ran on: a recovery of the attempt by the
+	// same instance may trust that instance's own records of it, a
+	// recovery anywhere else may not (docs/state-machine.md).
+	Instance string `json:"instance,omitempty"`
+	Host     string `json:"host,omitempty"`
+}
+
+// Started records that the attempt of the op's claim is about to take
+// effect: the runner appends it against the claim, and calls the executor
+// only once it is stored. A claim without a started event never reached
+// its side effect, which every process of a deployment can read; an
+// attempt with one may have taken effect, and is run again only on
+// evidence that it did not.
+type Started struct {
+	OpHeader
+	Attempt string `json:"attempt"`
+	// Evidence is what the executor recorded, before its effect, about
+	// what that effect will be (apply_patch: each file's pre- and
+	// post-image hash, keyed by path digest), so that a recovery in any
+	// process can judge the attempt; never argument text. At most
+	// MaxEvidenceBytes.
+	Evidence json.RawMessage `json:"evidence,omitempty"`
 }
 
 // Completed records that the op ran and returned a result. Terminal. The
@@ -208,6 +233,10 @@ type Ambiguous struct {
 	Attempt string `json:"attempt"`
 	Code    Code   `json:"code"`
 	Known   string `json:"known"`
+	// Instance and Host name the Airlock instance and host that held the
+	// attempt, when the op ends ambiguous because that instance was lost.
+	Instance string `json:"instance,omitempty"`
+	Host     string `json:"host,omitempty"`
 }
 
 // Scrubbed records that the op's argument plaintext was erased.
@@ -249,6 +278,8 @@ func NewPayload(t Type) any {
 		return new(Expired)
 	case TypeClaimed:
 		return new(Claimed)
+	case TypeStarted:
+		return new(Started)
 	case TypeCompleted:
 		return new(Completed)
 	case TypeFailed:

@@ -75,7 +75,7 @@ func (a *Approver) Args(ctx context.Context, op *events.Op) (args json.RawMessag
 	if err != nil {
 		return nil, "", &events.Error{Code: events.CodeUnavailable, Message: "requests stream: " + err.Error(), Retryable: true}
 	}
-	req, err := oplog.Request(ctx, st, op.RequestSeq, op.ID)
+	req, err := oplog.Request(ctx, nil, st, op.RequestSeq, op.ID)
 	if err != nil {
 		return nil, "", err
 	}

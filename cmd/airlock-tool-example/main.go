@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -70,7 +71,7 @@ func main() {
 
 // run serves until ctx ends.
 func run(ctx context.Context, o options) error {
-	opts := []nats.Option{nats.Name("airlock-tool-example"), nats.MaxReconnects(-1)}
+	opts := []nats.Option{nats.Name("airlock-tool-example"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	if o.creds != "" {
 		opt, err := nats.NkeyOptionFromSeed(o.creds)
 		if err != nil {

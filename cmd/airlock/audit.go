@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"golang.org/x/mod/sumdb/note"
@@ -100,20 +101,22 @@ index otherwise.`,
 				}
 				trusted = append(trusted, audit.Trusted{Name: "trusted", Note: b})
 			}
-			if fromJetStream {
-				b, err := g.jetstreamCheckpoint(cmd.Context(), v.Name())
-				if err != nil {
-					return err
-				}
-				if b != nil {
-					trusted = append(trusted, audit.Trusted{Name: "jetstream", Note: b})
-				}
-			}
 			src, _, _, done, err := g.auditSource(cmd.Context(), remote)
 			if err != nil {
 				return err
 			}
 			defer done()
+			if fromJetStream {
+				size, err := src.LogSize()
+				if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+					return err
+				}
+				kept, err := g.jetstreamCheckpoints(cmd.Context(), v.Name(), size, remote)
+				if err != nil {
+					return err
+				}
+				trusted = append(trusted, kept...)
+			}
 			opts := audit.Options{Verifier: v, Trusted: trusted}
 			var bar *progress.Reporter // nil: not a terminal, or --json
 			if progress.Enabled(os.Stderr, asJSON) {
@@ -154,9 +157,13 @@ index otherwise.`,
 	return cmd
 }
 
-// jetstreamCheckpoint reads the newest checkpoint JetStream keeps for the
-// log of origin; nil when it keeps none.
-func (g *globals) jetstreamCheckpoint(ctx context.Context, origin string) ([]byte, error) {
+// jetstreamCheckpoints reads the checkpoints JetStream keeps for the log
+// of origin, as a start of serve checks them (projector.Checkpoints): the
+// data dir's own newest, which a log of size leaves may not be behind, and
+// the deployment's newest when the log reaches it (a copy behind the
+// deployment is not rolled back). Remote, the log is whichever
+// instance's answers, and only the deployment's newest is read.
+func (g *globals) jetstreamCheckpoints(ctx context.Context, origin string, size int64, remote bool) ([]audit.Trusted, error) {
 	nc, err := g.connect(string(authority.RoleAuditor))
 	if err != nil {
 		return nil, err
@@ -170,14 +177,38 @@ func (g *globals) jetstreamCheckpoint(ctx context.Context, origin string) ([]byt
 	if err != nil {
 		return nil, fmt.Errorf("audit bucket: %w", err)
 	}
-	e, err := kv.Get(ctx, streams.AuditCheckpointKey(origin))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
+	get := func(key string) ([]byte, error) {
+		e, err := kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("audit bucket: %w", err)
+		}
+		return e.Value(), nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("audit bucket: %w", err)
+	var out []audit.Trusted
+	if !remote {
+		if b, err := os.ReadFile(filepath.Join(g.data, app.InstanceFile)); err == nil {
+			own, err := get(streams.AuditInstanceKey(origin, strings.TrimSpace(string(b))))
+			if err != nil {
+				return nil, err
+			}
+			if own != nil {
+				out = append(out, audit.Trusted{Name: "jetstream (this data dir's newest)", Note: own})
+			}
+		}
 	}
-	return e.Value(), nil
+	shared, err := get(streams.AuditCheckpointKey(origin))
+	if err != nil || shared == nil {
+		return out, err
+	}
+	// A data dir with no checkpoint of its own in the bucket was written
+	// before instances had one: the deployment's was its own.
+	if audit.PeekSize(shared) <= size || (!remote && len(out) == 0) {
+		out = append(out, audit.Trusted{Name: "jetstream (the deployment's newest)", Note: shared})
+	}
+	return out, nil
 }
 
 func printReport(w io.Writer, r *audit.Report, took time.Duration) {

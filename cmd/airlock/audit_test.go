@@ -115,7 +115,7 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"dev.airlock.op.held.v1", "dev.airlock.op.granted.v1", "dev.airlock.op.decided.v1",
-		"dev.airlock.op.claimed.v1", "dev.airlock.op.completed.v1"}, types[:5])
+		"dev.airlock.op.claimed.v1", "dev.airlock.op.started.v1", "dev.airlock.op.completed.v1"}, types[:6])
 	// A changed proof does not check.
 	tampered := filepath.Join(t.TempDir(), "bad.proof")
 	pf, err := os.ReadFile(proofFile)

@@ -75,9 +75,6 @@ func TestClusterChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster chaos test")
 	}
-	if os.Getenv("AIRLOCK_CLUSTER_REPRO") == "" {
-		t.Skip("reproduces issue 14 on the code before its fix; AIRLOCK_CLUSTER_REPRO=1 runs it")
-	}
 	plan := chaosPlanFromEnv(t)
 	t.Logf("cluster chaos seed %d (AIRLOCK_SOAK_SEED to repeat)", plan.seed)
 	rng := rand.New(rand.NewPCG(plan.seed, 14))

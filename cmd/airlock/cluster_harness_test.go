@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
@@ -233,12 +234,15 @@ func leader(js jetstream.JetStream, stream string) string {
 }
 
 // clusterData makes n data dirs for Airlock processes of one deployment:
-// the first holds the principals (and its audit key, once made), the
-// others a copy of its creds/ directory, as deploy/README.md says.
+// the first holds the principals and the audit key, as its first start
+// makes them, the others a copy of its creds/ directory and audit key, as
+// deploy/README.md says.
 func clusterData(t *testing.T, n int) ([]string, *authority.Set) {
 	t.Helper()
 	dirs := []string{t.TempDir()}
 	set, err := authority.Ensure(dirs[0])
+	require.NoError(t, err)
+	_, _, err = audit.LoadOrCreateKey(dirs[0])
 	require.NoError(t, err)
 	for range n - 1 {
 		d := t.TempDir()
@@ -248,9 +252,15 @@ func clusterData(t *testing.T, n int) ([]string, *authority.Set) {
 	return dirs, set
 }
 
-// copyCreds copies from's creds/ directory into to, with its modes.
+// copyCreds copies from's creds/ directory and audit key into to, with
+// their modes.
 func copyCreds(t *testing.T, from, to string) {
 	t.Helper()
+	for _, f := range []string{audit.KeyFile, audit.PubFile} {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(to, f), b, 0o600))
+	}
 	creds := filepath.Join(to, authority.CredsDir)
 	require.NoError(t, os.CopyFS(creds, os.DirFS(filepath.Join(from, authority.CredsDir))))
 	require.NoError(t, filepath.WalkDir(creds, func(path string, d os.DirEntry, err error) error {

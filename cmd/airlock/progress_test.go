@@ -134,7 +134,7 @@ func TestProgressBench(t *testing.T) {
 	}
 	require.Len(t, finals, 2, "%q", tty)
 	assert.Regexp(t, `^pipeline +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[0])
-	assert.Regexp(t, `^raw publish +\[={24}\] 160/160 100%  \S+/s  in \S+ *\n$`, finals[1])
+	assert.Regexp(t, `^raw publish +\[={24}\] 200/200 100%  \S+/s  in \S+ *\n$`, finals[1])
 }
 
 // `airlock replay` draws the messages applied against the stream's on a

@@ -37,8 +37,9 @@ func newServe(g *globals) *cobra.Command {
 		fsync    string
 		logLevel string
 		wsModes  map[string]string
-		noAuth   bool
-		liveFeed string
+		noAuth     bool
+		liveFeed   string
+		workspaces []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -86,6 +87,23 @@ func newServe(g *globals) *cobra.Command {
 			if cfg.NATSURL != "" {
 				cfg.Listen, cfg.Monitor = "", ""
 			}
+			if len(workspaces) > 0 {
+				if cfg.ExecutorGroup == "" {
+					return usageError("--workspaces needs --executor-group: the processes that serve these workspaces share one group, and every process of a group serves the same workspaces")
+				}
+				for _, ws := range workspaces {
+					if !events.ValidName(ws) {
+						return usageError("--workspaces: %q is not a workspace name ([a-z0-9][a-z0-9_-]{0,63})", ws)
+					}
+				}
+				cfg.ExecutorWorkspaces = workspaces
+			}
+			if cfg.ExecutorGroup != "" && !streams.ValidGroup(cfg.ExecutorGroup) {
+				return usageError("--executor-group %q: %s", cfg.ExecutorGroup, streams.GroupRule)
+			}
+			if cfg.StartTimeout <= 0 {
+				return usageError("--start-timeout must be positive")
+			}
 			cfg.DataDir = g.data
 			cfg.Auth = !noAuth
 			if cfg.PolicyFile != "" && (len(wsModes) > 0 || len(cfg.Policy.Tools) > 0 || cmd.Flags().Changed("default-mode")) {
@@ -111,7 +129,9 @@ func newServe(g *globals) *cobra.Command {
 	f.StringVar(&cfg.NATSURL, "nats-url", "", "use this external NATS instead of the embedded server")
 	f.StringVar(&fsync, "fsync", "interval", "always: fsync before every ack (slow, survives power loss); interval: NATS default periodic fsync")
 	f.DurationVar(&cfg.Streams.Duplicates, "dedupe-window", 2*time.Minute, "JetStream duplicate window of both streams (a request stays idempotent beyond it through its op)")
-	f.StringVar(&cfg.ExecutorGroup, "executor-group", "", "durable consumer group of this process's executors (processes of one group share work)")
+	f.StringVar(&cfg.ExecutorGroup, "executor-group", "", "durable consumer group of this process's executors (processes of one group share work); default airlock-exec")
+	f.StringSliceVar(&workspaces, "workspaces", nil, "the only workspaces this process's executors serve, whose roots are on this host (needs --executor-group; every process of the group names the same); default every workspace")
+	f.DurationVar(&cfg.StartTimeout, "start-timeout", app.DefaultStartTimeout, "how long a start waits for JetStream (a cluster electing its leaders, other processes provisioning at the same moment) before it gives up")
 	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML or JSON; see docs/policy.md); SIGHUP reloads it. Default: a built-in policy shaped by the three flags below")

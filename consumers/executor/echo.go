@@ -23,7 +23,7 @@ func (Echo) Execute(_ context.Context, c Call) (json.RawMessage, error) {
 }
 
 // Recover reruns: echo has no effect to repeat.
-func (Echo) Recover(context.Context, Call, string) (Recovery, error) {
+func (Echo) Recover(context.Context, Call, Lost) (Recovery, error) {
 	return Recovery{Action: Rerun}, nil
 }
 

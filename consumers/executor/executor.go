@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/policy"
 )
@@ -18,6 +19,31 @@ type Call struct {
 	Tool      string
 	Attempt   string
 	Args      json.RawMessage
+	// Evidence is what Prepare returned for this attempt, now stored in
+	// its started event; nil for an executor that is not a Preparer.
+	Evidence json.RawMessage
+}
+
+// Lost is an attempt whose runner is gone, as the op's events record it.
+// Every process of a deployment reads the same Lost, except Own.
+type Lost struct {
+	// Attempt is the lost attempt's id.
+	Attempt string
+	// Instance and Host name the Airlock instance (a data dir) and the
+	// host that claimed it, Runner the run of that instance.
+	Instance, Host, Runner string
+	// Own reports that the attempt was made by this instance: records the
+	// executor keeps in this data dir describe it, and their absence
+	// proves what they would have recorded did not happen. For another
+	// instance's attempt, only records that every process reads (a tool
+	// server's, the files of a shared workspace, Evidence) can tell.
+	Own bool
+	// StartedAt is when the attempt's started event was stored: from then
+	// on it may have taken effect.
+	StartedAt time.Time
+	// Evidence is what Prepare returned before the attempt; nil without
+	// Prepare.
+	Evidence json.RawMessage
 }
 
 // Action is what recovery decided for an attempt whose runner was lost.
@@ -33,13 +59,32 @@ const (
 	Done
 	// Ambiguous ends the op as ambiguous with Known saying what is known.
 	Ambiguous
+	// Defer says that only the attempt's own instance can tell (its
+	// records are on its disk): the runner leaves the op for that
+	// instance to settle for a while (Config.OwnerTries), then ends it
+	// ambiguous with Known.
+	Defer
 )
+
+func (a Action) String() string {
+	switch a {
+	case Rerun:
+		return "rerun"
+	case Done:
+		return "done"
+	case Ambiguous:
+		return "ambiguous"
+	case Defer:
+		return "defer"
+	}
+	return fmt.Sprintf("action(%d)", int(a))
+}
 
 // Recovery is an executor's verdict on a lost attempt.
 type Recovery struct {
 	Action Action
 	Result json.RawMessage // with Done
-	Known  string          // with Ambiguous
+	Known  string          // with Ambiguous and Defer
 }
 
 // Executor does one tool's work. Implementations must be safe for
@@ -53,9 +98,38 @@ type Executor interface {
 	// *events.Error fails the op with its code; any other error fails it
 	// with EXECUTOR_FAILED.
 	Execute(ctx context.Context, c Call) (json.RawMessage, error)
-	// Recover decides the fate of attempt lost, claimed but never
-	// finished by a runner that is gone.
-	Recover(ctx context.Context, c Call, lost string) (Recovery, error)
+	// Recover decides the fate of an attempt that started (its started
+	// event is stored) and never finished, because its runner is gone;
+	// the runner reruns an attempt that never started without asking.
+	// c.Attempt is a fresh attempt and c.Args the op's args (nil when
+	// they are no longer stored). Rerun is only for a call that is safe
+	// to repeat, or on evidence that the lost attempt took no effect and
+	// never will: this instance's own records of its own attempt
+	// (lost.Own), or records every process reads (a tool server that
+	// fences the attempt, a shared workspace's files against
+	// lost.Evidence). Without such evidence the answer is Defer or
+	// Ambiguous.
+	Recover(ctx context.Context, c Call, lost Lost) (Recovery, error)
+}
+
+// Preparer is implemented by executors that can say, before their side
+// effect, what it will be, in a form any process can check the workspace
+// against (digests, never args). After the claim and before the started
+// event the runner calls Prepare; what it returns is stored in the started
+// event (at most events.MaxEvidenceBytes), handed to Execute as
+// Call.Evidence and to a recovery in any process as Lost.Evidence. An
+// error fails the op before anything ran, like Execute's before its
+// effect.
+type Preparer interface {
+	Prepare(ctx context.Context, c Call) (json.RawMessage, error)
+}
+
+// Keeper is a Forgetter that can list the ops it keeps records of, so
+// that records of ops another instance ended can go too.
+type Keeper interface {
+	Forgetter
+	// Kept lists the op ids with records.
+	Kept(ctx context.Context) ([]string, error)
 }
 
 // Operands is implemented by executors whose calls read or write files in

@@ -157,7 +157,7 @@ func requestFromBody(body []byte) (*events.Request, error) {
 // are the op's: the request's fingerprint must derive the op id.
 func (r *Runner) fetch(ctx context.Context, item work) (Call, error) {
 	call := callOf(item)
-	req, err := oplog.Request(ctx, r.requests, item.RequestSeq, item.OpID)
+	req, err := oplog.Request(ctx, r.cfg.JetStream, r.requests, item.RequestSeq, item.OpID)
 	if err != nil {
 		return call, err
 	}

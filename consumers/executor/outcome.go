@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/oplog"
 )
 
@@ -36,40 +37,31 @@ func (r *Runner) answer(item work, data any, result json.RawMessage) {
 	}
 }
 
-// execute runs the call under the claim at claimSeq and records the result.
-func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool) error {
-	start := time.Now()
-	var result json.RawMessage
-	xerr := operandsUnchanged(ctx, ex, call, item.Operands)
-	if xerr == nil {
-		result, xerr = ex.Execute(ctx, call)
-	}
-	if ctx.Err() != nil && xerr != nil {
-		// Shut down mid-call: the claim stands and recovery decides.
-		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
-	}
-	return r.record(ctx, call, item, claimSeq, result, xerr, time.Since(start), recovered)
-}
-
-// record appends completed or failed for the attempt. It retries a failed
-// append; a conflict means the op was recovered by another runner and this
-// attempt's outcome no longer counts.
-func (r *Runner) record(ctx context.Context, call Call, item work, claimSeq uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
+// record appends completed or failed for the attempt, expecting the op at
+// expect. It keeps trying a failed append, with backoff, for RecordFor (a
+// node lost, a leader being elected), while the delivery's heartbeat keeps
+// other runners off; a conflict means the op was recovered by another
+// runner and this attempt's outcome no longer counts.
+func (r *Runner) record(ctx context.Context, call Call, item work, expect uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
 	typ, data, kept := outcome(call, item, result, xerr, took, recovered)
-	var err error
-	for try := range r.cfg.RecordRetries {
-		if try > 0 {
-			select {
-			case <-time.After(time.Duration(try) * 100 * time.Millisecond):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if err = r.terminal(ctx, item, claimSeq, typ, data, kept); err == nil {
+	deadline := time.Now().Add(r.cfg.RecordFor)
+	wait := 50 * time.Millisecond
+	for {
+		err := r.terminal(ctx, item, expect, typ, data, kept)
+		if err == nil {
 			return nil
 		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("record %s of %s (kept trying for %s): %w", typ.Short(), item.OpID, r.cfg.RecordFor, err)
+		}
+		r.cfg.Logger.Warn("outcome not stored yet; trying again", "op", item.OpID, "event_type", typ, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("record %s of %s: %w", typ.Short(), item.OpID, ctx.Err())
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return fmt.Errorf("record %s of %s: %w", typ.Short(), item.OpID, err)
 }
 
 // terminal appends a terminal event expecting the op at expect and answers
@@ -80,7 +72,11 @@ func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t event
 	_, err := r.append(ctx, item, expect, t, data)
 	switch {
 	case err == nil:
+		if f, ok := data.(*events.Failed); ok {
+			r.cfg.Logger.Warn("op failed", "op", item.OpID, "ws", item.Workspace, "code", f.Code, "err", f.Message)
+		}
 		r.answer(item, data, result)
+		failpoint.Hit(failpoint.AfterResult, item.Tool)
 		r.forget(ctx, item)
 		return nil
 	case errors.Is(err, oplog.ErrConflict):

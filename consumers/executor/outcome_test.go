@@ -27,7 +27,7 @@ func (r *returning) Class() policy.Class { return policy.ClassRead }
 func (r *returning) Execute(context.Context, executor.Call) (json.RawMessage, error) {
 	return r.result, r.err
 }
-func (r *returning) Recover(context.Context, executor.Call, string) (executor.Recovery, error) {
+func (r *returning) Recover(context.Context, executor.Call, executor.Lost) (executor.Recovery, error) {
 	return executor.Recovery{Action: executor.Rerun}, nil
 }
 
@@ -56,7 +56,8 @@ func TestOutcomes(t *testing.T) {
 			runRunner(t, n, tc.ex)
 			last := lastEvent(t, n.JetStream, op)
 			assert.Equal(t, tc.want, last.Type)
-			assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, tc.want}, testenv.OpEvents(t, n.JetStream, "rec", op))
+			// The started event comes between the claim and the call.
+			assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, tc.want}, testenv.OpEvents(t, n.JetStream, "rec", op))
 			switch d := last.Data.(type) {
 			case *events.Completed:
 				want := `{"a":1}`

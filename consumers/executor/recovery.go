@@ -4,18 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nuid"
 )
 
 // unfetched settles a job whose args could not be read: a transient
 // failure is retried; args that are gone fail the op if it is still ready.
-// An op that moved on (its request erased once it ended, say) is answered
-// with its stored outcome, as a lost claim would be.
-func (r *Runner) unfetched(ctx context.Context, j *job) error {
+// An op that moved on is settled from its newest event, as a lost claim
+// would be: answered if it ended, recovered (without args) if its claim
+// was lost.
+func (r *Runner) unfetched(ctx context.Context, ex Executor, j *job) error {
 	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
@@ -23,21 +25,16 @@ func (r *Runner) unfetched(ctx context.Context, j *job) error {
 	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
 	switch {
 	case err == nil:
+		j.log.Error("op failed: its request cannot be read", "code", failed.Code, "err", failed.Message)
 		r.answer(j.d.item, failed, nil)
 		r.forget(ctx, j.d.item)
 		return nil
 	case !errors.Is(err, oplog.ErrConflict):
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
-	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errNotClaimed, err)
-	}
-	if last.Seq <= j.d.item.ReadySeq {
-		return fmt.Errorf("%w: read of %s is behind its conflict", errNotClaimed, j.d.item.OpID)
-	}
-	r.ended(ctx, j.d.item, last.Data)
-	return nil
+	j.call = callOf(j.d.item)
+	_, err = r.conflict(ctx, ex, j)
+	return err
 }
 
 // ended settles a delivery whose op has moved on: if the op has ended, the
@@ -51,28 +48,48 @@ func (r *Runner) ended(ctx context.Context, item work, data any) {
 	r.forget(ctx, item)
 }
 
-// conflict settles a job whose claim was reported lost, from one read of
-// the op's newest event: the claim is the job's own after all (a read-back
-// lagged its landing: own > 0 is its sequence and the job runs), the op
-// moved on, another group claimed it, a later delivery holds the claim, or
-// an earlier delivery of this very event claimed it and its runner is gone.
+// conflict settles a job whose claim was reported lost, from the op's
+// newest event (and, when that is a started event, the claim it follows):
+// the claim is the job's own after all (a read-back lagged its landing:
+// own > 0 is its sequence and the job runs), the op moved on, another
+// group claimed it, a later delivery holds the claim, or an earlier
+// delivery of this very event claimed it and its runner is gone.
 func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64, err error) {
 	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errNotClaimed, err)
 	}
-	c, ok := last.Data.(*events.Claimed)
-	switch {
-	case ok && c.Attempt == j.call.Attempt:
-		return last.Seq, nil
-	case last.Seq <= j.d.item.ReadySeq:
+	if last.Seq <= j.d.item.ReadySeq {
 		// The read lags the write that beat our claim (a replica behind
 		// the leader): look again later rather than drop the delivery.
 		return 0, fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
-	case !ok:
+	}
+	var (
+		c        *events.Claimed
+		claimSeq = last.Seq
+		started  *oplog.Event
+	)
+	switch d := last.Data.(type) {
+	case *events.Claimed:
+		c = d
+	case *events.Started:
+		claim, err := oplog.LastOf(ctx, r.ops, opOf(j.d.item), events.TypeClaimed)
+		if err != nil {
+			return 0, fmt.Errorf("%w: the claim of started attempt %s: %w", errNotClaimed, d.Attempt, err)
+		}
+		cl, ok := claim.Data.(*events.Claimed)
+		if !ok || cl.Attempt != d.Attempt {
+			return 0, fmt.Errorf("%w: started attempt %s is not the newest claim's (a read behind the leader)", errNotClaimed, d.Attempt)
+		}
+		c, claimSeq, started = cl, claim.Seq, last
+	default:
 		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
 		r.ended(ctx, j.d.item, last.Data)
 		return 0, nil
+	}
+	switch {
+	case started == nil && c.Attempt == j.call.Attempt && j.call.Attempt != "":
+		return claimSeq, nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
 		return 0, nil // claimed through another decided event, or another group
 	case (c.Runner == "" || c.Runner == r.id) && c.Delivery >= j.d.n:
@@ -82,33 +99,86 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 		// it, and its delivery count may be from before an unclean stop.
 		return 0, errLeave
 	}
-	claim := r.claimEvent(ex, j)
-	claim.Recovers = c.Attempt
-	return 0, r.recover(ctx, ex, j.call, j.d.item, claim, last.Seq, j.log)
+	if j.call.Attempt == "" {
+		j.call.Attempt = nuid.Next()
+	}
+	return 0, r.recover(ctx, ex, j, c, last.Seq, started)
 }
 
-// recover settles an op whose attempt claim.Recovers was claimed by a runner that is
-// gone, as the executor decides.
-func (r *Runner) recover(ctx context.Context, ex Executor, call Call, item work, claim *events.Claimed, expect uint64, log *slog.Logger) error {
-	lost := claim.Recovers
-	rec, err := ex.Recover(ctx, call, lost)
-	if err != nil {
-		return fmt.Errorf("recover %s: %w", item.OpID, err)
+// recover settles an op whose attempt c was claimed by a runner that is
+// gone; last is the op's newest sequence, and started the attempt's
+// started event, nil when it has none. An attempt that never started is
+// run again at once: its started event would be stored before any effect.
+// One that started goes to the executor's Recover.
+func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Claimed, last uint64, started *oplog.Event) error {
+	item, call := j.d.item, j.call
+	lost := Lost{
+		Attempt: c.Attempt, Instance: c.Instance, Host: c.Host, Runner: c.Runner,
+		Own: c.Instance != "" && c.Instance == r.cfg.Instance,
 	}
-	log.Info("recovering lost attempt", "attempt", lost, "action", rec.Action)
-	if rec.Action == Ambiguous {
-		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost, Code: events.CodeAmbiguous, Known: rec.Known}
-		return r.terminal(ctx, item, expect, events.TypeAmbiguous, amb, nil)
+	log := j.log.With("attempt", lost.Attempt, "instance", lost.Instance, "host", lost.Host)
+	rec := Recovery{Action: Rerun}
+	if started != nil {
+		lost.StartedAt = started.Time
+		lost.Evidence = started.Data.(*events.Started).Evidence
+		var err error
+		if rec, err = ex.Recover(ctx, call, lost); err != nil {
+			return fmt.Errorf("recover %s: %w", item.OpID, err)
+		}
 	}
-	seq, err := r.append(ctx, item, expect, events.TypeClaimed, claim)
+	log.Info("recovering lost attempt", "started", started != nil, "own", lost.Own, "action", rec.Action)
+	switch rec.Action {
+	case Defer:
+		if !lost.Own && j.d.n < c.Delivery+1+uint64(r.cfg.OwnerTries) {
+			return fmt.Errorf("%w: delivery %d of %d", errDefer, j.d.n-c.Delivery, r.cfg.OwnerTries)
+		}
+		fallthrough
+	case Ambiguous:
+		amb := &events.Ambiguous{OpHeader: hdr(item), Attempt: lost.Attempt, Code: events.CodeAmbiguous,
+			Known: describeLost(lost) + ": " + rec.Known, Instance: lost.Instance, Host: lost.Host}
+		return r.terminal(ctx, item, last, events.TypeAmbiguous, amb, nil)
+	case Done:
+		if started == nil {
+			return fmt.Errorf("recover %s: Done for an attempt that never started", item.OpID)
+		}
+		call.Attempt = lost.Attempt
+		return r.record(ctx, call, item, last, rec.Result, nil, 0, true)
+	case Rerun:
+	default:
+		return fmt.Errorf("recover %s: unknown action %v", item.OpID, rec.Action)
+	}
+	claim := r.claimEvent(ex, j)
+	claim.Attempt, claim.Recovers = call.Attempt, lost.Attempt
+	seq, err := r.append(ctx, item, last, events.TypeClaimed, claim)
 	if errors.Is(err, oplog.ErrConflict) {
 		return nil // another runner recovered it
 	}
 	if err != nil {
 		return err
 	}
-	if rec.Action == Done {
-		return r.record(ctx, call, item, seq, rec.Result, nil, 0, true)
+	if call.Args == nil {
+		// Nothing ran, and nothing can: the request is gone.
+		failed := &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: events.CodeRequestUnavailable,
+			Message: fmt.Sprintf("the lost attempt %s took no effect, and the request message %d is gone", lost.Attempt, item.RequestSeq)}
+		log.Error("op failed: its request cannot be read", "code", failed.Code)
+		return r.terminal(ctx, item, seq, events.TypeFailed, failed, nil)
 	}
-	return r.execute(ctx, ex, call, item, seq, true)
+	return r.run(ctx, ex, call, item, seq, true, log)
+}
+
+// describeLost names a lost attempt and who held it, for an ambiguous
+// outcome.
+func describeLost(l Lost) string {
+	who := "an instance that recorded no name"
+	if l.Instance != "" {
+		who = "instance " + l.Instance
+		if l.Host != "" {
+			who += " on host " + l.Host
+		}
+	}
+	s := fmt.Sprintf("attempt %s of %s", l.Attempt, who)
+	if !l.StartedAt.IsZero() {
+		s += ", started " + l.StartedAt.UTC().Format(time.RFC3339Nano)
+	}
+	return s
 }

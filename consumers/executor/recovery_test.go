@@ -3,6 +3,8 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ type scripted struct {
 	recovery  executor.Recovery
 	runs      atomic.Int32
 	recovered atomic.Int32
+	lost      atomic.Pointer[executor.Lost]
 }
 
 func (s *scripted) Tool() string        { return "scripted" }
@@ -34,8 +37,9 @@ func (s *scripted) Execute(_ context.Context, c executor.Call) (json.RawMessage,
 	s.runs.Add(1)
 	return json.RawMessage(`{"ran":true}`), nil
 }
-func (s *scripted) Recover(context.Context, executor.Call, string) (executor.Recovery, error) {
+func (s *scripted) Recover(_ context.Context, _ executor.Call, l executor.Lost) (executor.Recovery, error) {
 	s.recovered.Add(1)
+	s.lost.Store(&l)
 	return s.recovery, nil
 }
 
@@ -83,27 +87,44 @@ func replies(t *testing.T, n *testenv.NATS, op string) func() events.Reply {
 	}
 }
 
-// lostClaim writes what a runner that died mid-call leaves behind: the
-// request, the decided event, and a claim made through the default
-// consumer's first delivery of it.
-func lostClaim(t *testing.T, n *testenv.NATS) (op string, claimSeq uint64) {
+// The instances of the recovery tests: the runner under test, and another
+// of its deployment.
+const (
+	thisInstance  = "00000000000000aa"
+	otherInstance = "00000000000000bb"
+)
+
+// lostClaim writes what a runner of instance that died mid-call leaves
+// behind: the request, the decided event, a claim made through the
+// default consumer's first delivery of it, and, when started, the claim's
+// started event. It returns the op id and its newest sequence.
+func lostClaim(t *testing.T, n *testenv.NATS, instance string, started bool) (op string, lastSeq uint64) {
 	t.Helper()
 	op, decidedSeq := readyOp(t, n, "scripted", `{"x":1}`)
 	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
-	claimSeq, err = oplog.Append(context.Background(), n.JetStream, ops, oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
+	o := oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}
+	lastSeq, err = oplog.Append(context.Background(), n.JetStream, ops, o, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
 		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Executor: "scripted",
 		WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
+		Runner: "gone-runner", Instance: instance, Host: "host-" + instance,
 	})
 	require.NoError(t, err)
-	return op, claimSeq
+	if started {
+		lastSeq, err = oplog.Append(context.Background(), n.JetStream, ops, o, lastSeq, events.TypeStarted, "test", &events.Started{
+			OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Evidence: json.RawMessage(`{"files":[]}`),
+		})
+		require.NoError(t, err)
+	}
+	return op, lastSeq
 }
 
 func runRunner(t *testing.T, n *testenv.NATS, ex executor.Executor) {
 	t.Helper()
 	reg, err := executor.NewRegistry(ex)
 	require.NoError(t, err)
-	r, err := executor.NewRunner(executor.Config{JetStream: n.JetStream, Registry: reg, ClaimTimeout: 300 * time.Millisecond})
+	r, err := executor.NewRunner(executor.Config{JetStream: n.JetStream, Registry: reg, ClaimTimeout: 300 * time.Millisecond,
+		Instance: thisInstance, OwnerTries: 3, OwnerRetryDelay: 50 * time.Millisecond})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -127,38 +148,88 @@ func lastEvent(t *testing.T, js jetstream.JetStream, op string) *oplog.Event {
 	return last
 }
 
+// A claim lost before its started event was stored never reached its
+// effect: it runs again under a new claim, without asking the executor,
+// whichever instance made it.
+func TestLostClaimNeverStartedRunsAgain(t *testing.T) {
+	for _, instance := range []string{thisInstance, otherInstance} {
+		t.Run(instance, func(t *testing.T) {
+			n := testenv.StartNATS(t, streams.Config{})
+			op, _ := lostClaim(t, n, instance, false)
+			ex := &scripted{recovery: executor.Recovery{Action: executor.Ambiguous, Known: "not asked"}}
+			runRunner(t, n, ex)
+			last := lastEvent(t, n.JetStream, op)
+			require.Equal(t, events.TypeCompleted, last.Type)
+			assert.True(t, last.Data.(*events.Completed).Recovered)
+			assert.Equal(t, int32(1), ex.runs.Load())
+			assert.Zero(t, ex.recovered.Load(), "an attempt that never started is not the executor's to judge")
+			assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
+				testenv.OpEvents(t, n.JetStream, "rec", op))
+		})
+	}
+}
+
 func TestLostClaimRecovery(t *testing.T) {
 	cases := []struct {
 		name     string
+		instance string
 		recovery executor.Recovery
-		want     events.Type
+		want     []events.Type // after decided, claimed, started
 		runs     int32
 	}{
-		{"ambiguous is terminal and never reruns", executor.Recovery{Action: executor.Ambiguous, Known: "may have run"}, events.TypeAmbiguous, 0},
-		{"done records the executor's own result", executor.Recovery{Action: executor.Done, Result: json.RawMessage(`{"from":"ledger"}`)}, events.TypeCompleted, 0},
-		{"rerun runs once under a new claim", executor.Recovery{Action: executor.Rerun}, events.TypeCompleted, 1},
+		{"ambiguous is terminal and never reruns", thisInstance, executor.Recovery{Action: executor.Ambiguous, Known: "may have run"},
+			[]events.Type{events.TypeAmbiguous}, 0},
+		{"done records the lost attempt's result", thisInstance, executor.Recovery{Action: executor.Done, Result: json.RawMessage(`{"from":"ledger"}`)},
+			[]events.Type{events.TypeCompleted}, 0},
+		{"rerun runs once under a new claim", thisInstance, executor.Recovery{Action: executor.Rerun},
+			[]events.Type{events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, 1},
+		{"defer of its own attempt is ambiguous at once", thisInstance, executor.Recovery{Action: executor.Defer, Known: "only the owner knows"},
+			[]events.Type{events.TypeAmbiguous}, 0},
+		{"defer waits for the owner, then ends ambiguous", otherInstance, executor.Recovery{Action: executor.Defer, Known: "only the owner knows"},
+			[]events.Type{events.TypeAmbiguous}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			n := testenv.StartNATS(t, streams.Config{})
-			op, _ := lostClaim(t, n)
+			op, _ := lostClaim(t, n, tc.instance, true)
 			next := replies(t, n, op)
 			ex := &scripted{recovery: tc.recovery}
 			runRunner(t, n, ex)
 			last := lastEvent(t, n.JetStream, op)
-			assert.Equal(t, tc.want, last.Type)
+			assert.Equal(t, append([]events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted}, tc.want...),
+				testenv.OpEvents(t, n.JetStream, "rec", op))
 			assert.Equal(t, tc.runs, ex.runs.Load())
-			assert.Equal(t, int32(1), ex.recovered.Load())
+			lost := ex.lost.Load()
+			require.NotNil(t, lost)
+			assert.Equal(t, "lost-attempt", lost.Attempt)
+			assert.Equal(t, tc.instance, lost.Instance)
+			assert.Equal(t, "host-"+tc.instance, lost.Host)
+			assert.Equal(t, "gone-runner", lost.Runner)
+			assert.Equal(t, tc.instance == thisInstance, lost.Own)
+			assert.JSONEq(t, `{"files":[]}`, string(lost.Evidence), "the started event's evidence reaches Recover")
+			assert.False(t, lost.StartedAt.IsZero())
+			if tc.recovery.Action == executor.Defer && !lost.Own {
+				// The claim names delivery 1, and this consumer's first
+				// delivery is 1 too: deferred until delivery 1+1+OwnerTries
+				// (3), at which the op ends.
+				assert.Equal(t, int32(5), ex.recovered.Load())
+			} else {
+				assert.Equal(t, int32(1), ex.recovered.Load())
+			}
 			switch d := last.Data.(type) {
 			case *events.Ambiguous:
 				assert.Equal(t, "lost-attempt", d.Attempt)
 				assert.Equal(t, events.CodeAmbiguous, d.Code)
-				assert.Equal(t, "may have run", d.Known)
+				assert.Equal(t, tc.instance, d.Instance)
+				assert.Equal(t, "host-"+tc.instance, d.Host)
+				assert.Contains(t, d.Known, "attempt lost-attempt of instance "+tc.instance+" on host host-"+tc.instance+", started ")
+				assert.True(t, strings.HasSuffix(d.Known, ": "+tc.recovery.Known), d.Known)
 			case *events.Completed:
 				assert.True(t, d.Recovered, "completed through recovery")
 				want := `{"ran":true}`
 				if tc.recovery.Action == executor.Done {
 					want = `{"from":"ledger"}`
+					assert.Equal(t, "lost-attempt", d.Attempt, "Done completes the lost attempt itself")
 				}
 				// The event holds the digest; the result goes to the reply.
 				assert.Equal(t, events.Digest([]byte(want)), d.ResultDigest)
@@ -167,7 +238,29 @@ func TestLostClaimRecovery(t *testing.T) {
 				assert.Equal(t, events.StateCompleted, r.State)
 				assert.JSONEq(t, want, string(r.Result), "a recovered result reaches the reply")
 				assert.Equal(t, d.ResultDigest, r.ResultDigest)
+			default:
+				t.Fatalf("last event %T", d)
 			}
 		})
+	}
+}
+
+// A decided event whose request a replica behind the leader answers for
+// ("not found" by direct get) runs all the same: the runner asks the
+// leader before it fails an op REQUEST_UNAVAILABLE.
+func TestRequestReadBehindAReplicaRuns(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	testenv.StaleRequestsResponder(t, n)
+	var ops []string
+	for i := range 40 {
+		op, _ := readyOp(t, n, "echo", fmt.Sprintf(`{"i":%d}`, i))
+		ops = append(ops, op)
+	}
+	runRunner(t, n, executor.Echo{})
+	for _, op := range ops {
+		last := lastEvent(t, n.JetStream, op)
+		if !assert.Equal(t, events.TypeCompleted, last.Type, "op %s", op) {
+			t.Logf("%+v", last.Data)
+		}
 	}
 }

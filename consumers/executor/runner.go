@@ -11,7 +11,6 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
-	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -23,65 +22,6 @@ import (
 // Source is the ce-source prefix of the events runners write.
 const Source = "airlock/executor"
 
-// Config configures a Runner.
-type Config struct {
-	// JetStream reads decided events and appends op events. Required.
-	JetStream jetstream.JetStream
-	// Registry holds the executors to run. Required.
-	Registry *Registry
-	// Workers bounds the calls of one batch that run at once, and the
-	// batch size; default 64.
-	Workers int
-	// Loops is how many batches of one tool are in hand at once; a slow
-	// call holds up only its own batch. Default 4.
-	Loops int
-	// ClaimTimeout is how long a claimed op may go without a heartbeat
-	// before its decided event is redelivered and recovery decides; default
-	// 30s. Runners heartbeat every third of it while a call runs.
-	ClaimTimeout time.Duration
-	// RecordRetries is how often a result append is retried before the
-	// runner gives up and leaves the op to recovery; default 5.
-	RecordRetries int
-	// Handoff, when set, holds args the gate of this process admitted:
-	// an op found there is not read back from AIRLOCK_REQUESTS.
-	Handoff *handoff.Args
-	// Group names the durable consumers (one per tool) the runner takes
-	// work from; runners of one group share it. Default
-	// streams.DefaultExecutorGroup.
-	Group string
-	// Logger; default slog.Default().
-	Logger *slog.Logger
-}
-
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.JetStream == nil || c.Registry == nil {
-		return errors.New("executor: JetStream and Registry are required")
-	}
-	if c.Workers <= 0 {
-		c.Workers = 64
-	}
-	if c.Loops <= 0 {
-		c.Loops = 4
-	}
-	if c.ClaimTimeout <= 0 {
-		c.ClaimTimeout = 30 * time.Second
-	}
-	if c.ClaimTimeout < 300*time.Millisecond {
-		return fmt.Errorf("executor: ClaimTimeout %s below 300ms", c.ClaimTimeout)
-	}
-	if c.Group == "" {
-		c.Group = streams.DefaultExecutorGroup
-	}
-	if c.RecordRetries <= 0 {
-		c.RecordRetries = 5
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return nil
-}
-
 // Runner runs the registered executors over their tools' decided events.
 type Runner struct {
 	cfg Config
@@ -92,6 +32,10 @@ type Runner struct {
 	ops      jetstream.Stream
 	requests jetstream.Stream
 	inflight inflight
+
+	provisioned sync.Once
+	consumers   map[string]jetstream.Consumer // by tool
+	provErr     error
 }
 
 // NewRunner returns a runner.
@@ -102,42 +46,70 @@ func NewRunner(cfg Config) (*Runner, error) {
 	return &Runner{cfg: cfg, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}}}, nil
 }
 
-// Run takes the decided events of every registered tool until ctx ends.
-func (r *Runner) Run(ctx context.Context) error {
+// Instance is the instance id the runner's claims carry.
+func (r *Runner) Instance() string { return r.cfg.Instance }
+
+// Provision creates the runner's durable consumers, one per tool, unless
+// they exist: with the group's filter, or else it is an error (another
+// process of the group serves other workspaces). Run calls it; a process
+// calls it before its gate starts, so that the gate knows the tools and
+// workspaces served before it decides anything. Transient JetStream
+// errors are retried until ctx ends.
+func (r *Runner) Provision(ctx context.Context) error {
+	r.provisioned.Do(func() { r.provErr = r.provision(ctx) })
+	return r.provErr
+}
+
+func (r *Runner) provision(ctx context.Context) error {
 	js := r.cfg.JetStream
-	ops, err := js.Stream(ctx, streams.Ops)
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	reqs, err := js.Stream(ctx, streams.Requests)
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	r.ops, r.requests = ops, reqs
-	g, gctx := errgroup.WithContext(ctx)
-	for _, tool := range r.cfg.Registry.Tools() {
-		ex, _ := r.cfg.Registry.Lookup(tool)
-		cons, err := js.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
-			Durable:       streams.ExecutorConsumer(r.cfg.Group, tool),
-			Description:   "Airlock executors of tool " + tool + ": decided events",
-			FilterSubject: events.ReadySubjects(tool),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       r.cfg.ClaimTimeout,
-			MaxDeliver:    -1,
-			MaxAckPending: 2 * r.cfg.Loops * r.cfg.Workers,
-		})
-		if ctx.Err() != nil {
-			return nil
+	err := streams.Await(ctx, r.cfg.Logger, "the executors' streams", func(ctx context.Context) error {
+		var err error
+		if r.ops, err = js.Stream(ctx, streams.Ops); err != nil {
+			return err
 		}
+		r.requests, err = js.Stream(ctx, streams.Requests)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	r.consumers = map[string]jetstream.Consumer{}
+	for _, tool := range r.cfg.Registry.Tools() {
+		want := jetstream.ConsumerConfig{
+			Durable:        streams.ExecutorConsumer(r.cfg.Group, tool),
+			Description:    "Airlock executors of tool " + tool + ": decided events",
+			FilterSubjects: events.ReadySubjectsOf(tool, r.cfg.Workspaces),
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        r.cfg.ClaimTimeout,
+			MaxDeliver:     -1,
+			MaxAckPending:  2 * r.cfg.Loops * r.cfg.Workers,
+		}
+		var cons jetstream.Consumer
+		err := streams.Await(ctx, r.cfg.Logger, "consumer "+want.Durable, func(ctx context.Context) error {
+			var err error
+			cons, err = streams.ExecutorConsumerFor(ctx, js, want)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("executor: consumer for %s: %w", tool, err)
 		}
+		r.consumers[tool] = cons
+	}
+	return nil
+}
+
+// Run takes the decided events of every registered tool until ctx ends.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.Provision(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, tool := range r.cfg.Registry.Tools() {
+		ex, _ := r.cfg.Registry.Lookup(tool)
+		cons := r.consumers[tool]
 		g.Go(func() error {
 			// Deliveries are marked in progress from the moment they arrive
 			// until settled, queued or running: JetStream redelivers only
@@ -148,6 +120,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			})
 		})
 	}
+	g.Go(func() error { r.sweep(gctx); return nil })
 	return g.Wait()
 }
 
@@ -163,9 +136,9 @@ type job struct {
 	err   error  // how the item settles; see settle
 }
 
-// handleBatch settles a batch of decided events: args are fetched together,
-// claims appended together, the calls run concurrently (at most Workers at
-// once), and the outcomes appended together before the items are acked.
+// handleBatch settles a batch of decided events: args are fetched together
+// and claims appended together; then each claimed op runs through to its
+// outcome (run), at most Workers at once, before the items are settled.
 func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.Msg) {
 	jobs := make([]*job, 0, len(msgs))
 	for _, m := range msgs {
@@ -189,82 +162,97 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 			j.claim = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, r.claimEvent(ex, j))
 		}
 	}
-	var run []*job
+	var claimed []*job
 	for _, j := range jobs {
 		switch {
 		case j.fetch != nil:
-			j.err = r.unfetched(ctx, j)
+			j.err = r.unfetched(ctx, ex, j)
 		default:
 			seq, err := j.claim.Wait(ctx, r.ops)
 			switch {
 			case errors.Is(err, oplog.ErrConflict):
 				if j.seq, j.err = r.conflict(ctx, ex, j); j.seq > 0 {
-					run = append(run, j)
+					claimed = append(claimed, j)
 				}
 			case err != nil:
 				j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
 			default:
 				j.seq = seq
-				run = append(run, j)
+				claimed = append(claimed, j)
 			}
 		}
 	}
-	type ran struct {
-		result json.RawMessage
-		err    error
-		took   time.Duration
-	}
-	outs := make(map[*job]ran, len(run))
-	var mu sync.Mutex
-	r.each(run, func(j *job) {
-		failpoint.Hit(failpoint.AfterClaim, ex.Tool())
-		start := time.Now()
-		var res json.RawMessage
-		err := operandsUnchanged(ctx, ex, j.call, j.d.item.Operands)
-		if err == nil {
-			res, err = ex.Execute(ctx, j.call)
-		}
-		mu.Lock()
-		outs[j] = ran{res, err, time.Since(start)}
-		mu.Unlock()
+	r.each(claimed, func(j *job) {
+		j.err = r.run(ctx, ex, j.call, j.d.item, j.seq, false, j.log)
 	})
-	records := make([]*oplog.Pending, len(run))
-	results := make([]json.RawMessage, len(run)) // for the replies only
-	for i, j := range run {
-		o := outs[j]
-		if ctx.Err() != nil && o.err != nil {
-			// Shut down mid-call: the claim stands and recovery decides.
-			j.err = fmt.Errorf("execute %s: %w", j.d.item.OpID, ctx.Err())
-			continue
-		}
-		if err := failpoint.Err(failpoint.RecordError, ex.Tool()); err != nil {
-			// As if storing the outcome failed after the side effect: the
-			// claim stands, nobody is told anything, recovery decides.
-			j.err = err
-			continue
-		}
-		typ, data, kept := outcome(j.call, j.d.item, o.result, o.err, o.took, false)
-		results[i] = kept
-		records[i] = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.seq, typ, Source, data)
-	}
-	for i, j := range run {
-		if records[i] == nil {
-			continue
-		}
-		_, err := records[i].Wait(ctx, r.ops)
-		switch {
-		case err == nil:
-			r.answer(j.d.item, records[i].Data(), results[i])
-			failpoint.Hit(failpoint.AfterResult, ex.Tool())
-			r.forget(ctx, j.d.item)
-		case !errors.Is(err, oplog.ErrConflict):
-			o := outs[j]
-			j.err = r.record(ctx, j.call, j.d.item, j.seq, o.result, o.err, o.took, false)
-		}
-	}
 	for _, j := range jobs {
 		r.settle(j)
 	}
+}
+
+// run takes an op this runner has claimed (its claim at claimSeq) through
+// to its outcome: the operands are checked, the executor prepares, the
+// started event is stored, and only then does the executor run; the
+// outcome is stored against the started event (or against the claim, for
+// a call that failed before it started). It returns how the delivery
+// settles: nil is an ack.
+func (r *Runner) run(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool, log *slog.Logger) error {
+	failpoint.Hit(failpoint.AfterClaim, ex.Tool())
+	start := time.Now()
+	expect := claimSeq
+	var result json.RawMessage
+	err := operandsUnchanged(ctx, ex, call, item.Operands)
+	if err == nil {
+		call.Evidence, err = prepare(ctx, ex, call)
+	}
+	if err == nil {
+		st := &events.Started{OpHeader: hdr(item), Attempt: call.Attempt, Evidence: call.Evidence}
+		seq, serr := r.append(ctx, item, claimSeq, events.TypeStarted, st)
+		switch {
+		case errors.Is(serr, oplog.ErrConflict):
+			// Another runner took the claim over (it took this one for
+			// lost): nothing ran here, and the op is its to settle.
+			log.Info("claim taken over before the call started; nothing ran", "attempt", call.Attempt)
+			return nil
+		case serr != nil:
+			// Nothing ran. Whether the started event landed is unknown;
+			// whoever settles the op next reads it, and reruns only if
+			// it did not.
+			return fmt.Errorf("%w: started: %w", errNotClaimed, serr)
+		}
+		expect = seq
+		failpoint.Hit(failpoint.AfterStarted, ex.Tool())
+		result, err = ex.Execute(ctx, call)
+	}
+	if ctx.Err() != nil && err != nil {
+		// Shut down mid-call: the claim stands and recovery decides.
+		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
+	}
+	if ferr := failpoint.Err(failpoint.RecordError, ex.Tool()); ferr != nil {
+		// As if storing the outcome failed after the side effect: the
+		// claim stands, nobody is told anything, recovery decides.
+		return ferr
+	}
+	return r.record(ctx, call, item, expect, result, err, time.Since(start), recovered)
+}
+
+// prepare asks a Preparer for its evidence and checks its size.
+func prepare(ctx context.Context, ex Executor, call Call) (json.RawMessage, error) {
+	p, ok := ex.(Preparer)
+	if !ok {
+		return nil, nil
+	}
+	ev, err := p.Prepare(ctx, call)
+	if err != nil {
+		return nil, err
+	}
+	if len(ev) > events.MaxEvidenceBytes {
+		return nil, events.Errorf(events.CodeExecutorFailed, "%s: evidence of %d bytes, limit %d; nothing ran", ex.Tool(), len(ev), events.MaxEvidenceBytes)
+	}
+	if len(ev) > 0 && !json.Valid(ev) {
+		return nil, events.Errorf(events.CodeExecutorFailed, "%s: evidence is not JSON; nothing ran", ex.Tool())
+	}
+	return ev, nil
 }
 
 // operandsUnchanged takes the hashes of the call's operands again, now
@@ -353,6 +341,9 @@ func (r *Runner) settle(j *job) {
 		_ = j.m.Ack()
 	case errors.Is(err, errLeave):
 		// A newer delivery of this item holds the claim: it settles it.
+	case errors.Is(err, errDefer):
+		j.log.Info("lost attempt left to its own instance for now", "err", err)
+		_ = j.m.NakWithDelay(r.cfg.OwnerRetryDelay)
 	case errors.Is(err, errNotClaimed):
 		j.log.Warn("op not claimed; will retry", "err", err)
 		_ = j.m.NakWithDelay(time.Second)
@@ -386,7 +377,7 @@ func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
 	return &events.Claimed{
 		OpHeader: hdr(j.d.item), Attempt: j.call.Attempt, Executor: ex.Tool(),
 		WorkSeq: j.d.workSeq, Delivery: j.d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
-		Runner: r.id,
+		Runner: r.id, Instance: r.cfg.Instance, Host: r.cfg.Host,
 	}
 }
 
@@ -397,6 +388,7 @@ func opOf(item work) oplog.Op {
 var (
 	errLeave      = errors.New("executor: a newer delivery holds the claim")
 	errNotClaimed = errors.New("executor: failed before claiming")
+	errDefer      = errors.New("executor: waiting for the attempt's own instance")
 )
 
 // delivery is one delivery of a decided event.
@@ -435,4 +427,12 @@ func (f *inflight) release(op string) {
 	f.mu.Lock()
 	delete(f.ops, op)
 	f.mu.Unlock()
+}
+
+// busy reports whether op is in hand here.
+func (f *inflight) busy(op string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.ops[op]
+	return ok
 }

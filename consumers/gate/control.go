@@ -7,6 +7,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -76,13 +77,13 @@ func (g *Gate) handleControl(ctx context.Context, m *nats.Msg) {
 
 // record appends a non-op event (a control, a policy change) to the ops
 // stream and returns its sequence.
-func (g *Gate) record(ctx context.Context, subject string, t events.Type, ceSubject string, data any) (uint64, error) {
+func (g *Gate) record(ctx context.Context, subject string, t events.Type, ceSubject string, data any, opts ...jetstream.PublishOpt) (uint64, error) {
 	body, err := events.MarshalJSON(data)
 	if err != nil {
 		return 0, err
 	}
 	msg := events.NewMessage(subject, t, Source, ceSubject, nuid.Next(), body)
-	ack, err := g.cfg.JetStream.PublishMsg(ctx, msg)
+	ack, err := g.cfg.JetStream.PublishMsg(ctx, msg, opts...)
 	if err != nil {
 		return 0, fmt.Errorf("record %s: %w", t.Short(), err)
 	}

@@ -48,13 +48,15 @@ type Config struct {
 	// shape, a path that escapes the workspace) denies the op with its
 	// code.
 	Operands func(ctx context.Context, req *events.Request) (map[string]string, error)
-	// Tools, when set, lists the tools some executor serves: a request the
-	// policy allows for any other tool is denied with NO_EXECUTOR rather
-	// than left ready for ever. Nil when executors run elsewhere.
-	Tools map[string]bool
-	// Handoff, when set, is given the args of each admitted op that runs
-	// now (decided) for a tool in Tools, for the executors of this
-	// process (see internal/handoff).
+	// Served, when set, says whether some executor group of the
+	// deployment serves a tool in a workspace (streams.Served): a request
+	// the policy allows for a tool and workspace no group serves is denied
+	// with NO_EXECUTOR rather than left ready for ever. Nil: no check.
+	Served func(ctx context.Context, ws, tool string) bool
+	// Local, when set, says whether this process's executors serve a tool
+	// in a workspace: the args of each admitted op that runs now (decided)
+	// there are given to Handoff, for them (see internal/handoff).
+	Local   func(ws, tool string) bool
 	Handoff *handoff.Args
 	// Loops is how many batches are handled at once; default 4.
 	Loops int
@@ -133,22 +135,27 @@ func (g *Gate) Policy() *policy.Policy { return g.policy.Load() }
 // Run handles requests, resolutions, controls and resumes until ctx ends.
 func (g *Gate) Run(ctx context.Context) error {
 	js := g.cfg.JetStream
-	var err error
-	if g.ops, err = js.Stream(ctx, streams.Ops); err == nil {
-		g.reqs, err = js.Stream(ctx, streams.Requests)
-	}
+	var last uint64
+	// On a cluster that is still settling, each step is tried again
+	// until it answers.
+	err := streams.Await(ctx, g.cfg.Logger, "the gate's streams, controls and policy", func(ctx context.Context) error {
+		var err error
+		if g.ops, err = js.Stream(ctx, streams.Ops); err != nil {
+			return err
+		}
+		if g.reqs, err = js.Stream(ctx, streams.Requests); err != nil {
+			return err
+		}
+		if last, err = g.loadModes(ctx); err != nil {
+			return err
+		}
+		return g.recordPolicy(ctx, g.Policy(), *g.source.Load())
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)
-	}
-	last, err := g.loadModes(ctx)
-	if err != nil {
-		return err
-	}
-	if err := g.recordPolicy(ctx, g.Policy(), *g.source.Load()); err != nil {
-		return err
 	}
 	grp, gctx := errgroup.WithContext(ctx)
 	grp.Go(func() error { return g.watchModes(gctx, last) })
@@ -193,8 +200,7 @@ func (g *Gate) serveCommands(ctx context.Context, subscribed chan<- struct{}) er
 
 // runRequests decides requests until ctx ends.
 func (g *Gate) runRequests(ctx context.Context) error {
-	js := g.cfg.JetStream
-	cons, err := js.CreateOrUpdateConsumer(ctx, streams.Requests, jetstream.ConsumerConfig{
+	cons, err := g.consumer(ctx, streams.Requests, jetstream.ConsumerConfig{
 		Durable:       streams.GateConsumer,
 		Description:   "Airlock gate: requests to ops",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -209,6 +215,18 @@ func (g *Gate) runRequests(ctx context.Context) error {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}
 	return pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
+}
+
+// consumer creates or updates one of the gate's durable consumers, trying
+// again while the cluster settles.
+func (g *Gate) consumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	err := streams.Await(ctx, g.cfg.Logger, "consumer "+cc.Durable, func(ctx context.Context) error {
+		var err error
+		cons, err = g.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cc)
+		return err
+	})
+	return cons, err
 }
 
 // admission is one request of a batch on its way to an op.
@@ -325,7 +343,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 	if typ == events.TypeDenied {
 		a.state = events.StateDenied
 	}
-	if typ == events.TypeDecided && g.cfg.Tools[req.Tool] {
+	if typ == events.TypeDecided && g.cfg.Local != nil && g.cfg.Local(req.Workspace, req.Tool) {
 		// Before the append: an executor may read the decided event
 		// before the gate hears that it is stored.
 		g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
@@ -388,13 +406,14 @@ func subjectWorkspace(subject string) string {
 }
 
 // decide rules on a request under the policy and the control override in
-// force: a tool no executor serves is denied NO_EXECUTOR rather than left
-// to wait for ever.
-func (g *Gate) decide(req *events.Request, override policy.Mode) policy.Decision {
+// force: a tool no executor group serves in the request's workspace is
+// denied NO_EXECUTOR rather than left to wait for ever.
+func (g *Gate) decide(ctx context.Context, req *events.Request, override policy.Mode) policy.Decision {
 	d := g.Policy().Decide(req, override)
-	if d.Outcome != policy.Deny && g.cfg.Tools != nil && !g.cfg.Tools[req.Tool] {
+	if d.Outcome != policy.Deny && g.cfg.Served != nil && !g.cfg.Served(ctx, req.Workspace, req.Tool) {
 		d.Outcome, d.Code = policy.Deny, events.CodeNoExecutor
-		d.Reason = "no executor serves tool " + req.Tool
+		d.Reason = fmt.Sprintf("no executor serves tool %s in workspace %s: start `airlock serve` with an executor of %s whose --workspaces include %s (or none, for every workspace)",
+			req.Tool, req.Workspace, req.Tool, req.Workspace)
 	}
 	return d
 }
@@ -404,7 +423,7 @@ func (g *Gate) decide(req *events.Request, override policy.Mode) policy.Decision
 // Each carries the request summary.
 func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint, opID string, reqSeq uint64) (events.Type, any) {
 	now := g.cfg.Clock()
-	d := g.decide(req, g.modes.override(req.Workspace, now))
+	d := g.decide(ctx, req, g.modes.override(req.Workspace, now))
 	var operands map[string]string
 	if d.Outcome != policy.Deny && g.cfg.Operands != nil {
 		var err error

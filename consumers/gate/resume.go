@@ -18,7 +18,7 @@ import (
 // work item, so a grant whose resume was interrupted is resumed after a
 // restart.
 func (g *Gate) runResume(ctx context.Context) error {
-	cons, err := g.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
+	cons, err := g.consumer(ctx, streams.Ops, jetstream.ConsumerConfig{
 		Durable:       streams.ResumeConsumer,
 		Description:   "Airlock gate: granted holds to decisions",
 		FilterSubject: events.GrantedSubjects,
@@ -111,7 +111,7 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
 		}, ""
 	}
-	req, hdr, err := oplog.RequestMsg(ctx, g.reqs, held.Request.RequestSeq, op.ID)
+	req, hdr, err := oplog.RequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
 	if events.CodeOf(err) == events.CodeRequestUnavailable {
 		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
 	}
@@ -124,7 +124,7 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", err)
 		return "", nil, ""
 	}
-	d := g.decide(req, override)
+	d := g.decide(ctx, req, override)
 	if d.Outcome == policy.Deny {
 		return deny(d.Code, d.Reason, d.Hash, d)
 	}

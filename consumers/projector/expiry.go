@@ -61,7 +61,7 @@ func NewExpirer(cfg ExpirerConfig) (*Expirer, error) {
 
 // Run scans until ctx ends.
 func (e *Expirer) Run(ctx context.Context) error {
-	st, err := e.cfg.JetStream.Stream(ctx, streams.Ops)
+	st, err := streams.Open(ctx, e.cfg.JetStream, e.cfg.Logger, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -202,7 +202,12 @@ func (p *Projector) Run(ctx context.Context) error {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
 	}
-	cons, err := p.cfg.JetStream.OrderedConsumer(ctx, p.cfg.Stream, cc)
+	var cons jetstream.Consumer
+	err := streams.Await(ctx, p.cfg.Logger, "the projector's consumer", func(ctx context.Context) error {
+		var err error
+		cons, err = p.cfg.JetStream.OrderedConsumer(ctx, p.cfg.Stream, cc)
+		return err
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -346,6 +351,16 @@ func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64) er
 	// that finds no lag, WaitApplied) then sees them too.
 	p.flushObserved()
 	p.committed(b)
+	if p.cfg.Checkpoints != nil && leaves > 0 && p.cfg.Checkpoints.Waiting() {
+		// The deployment's newest checkpoint, once this log reaches it.
+		size, err := p.cfg.Store.LogSize()
+		if err == nil {
+			err = p.cfg.Checkpoints.CheckAhead(size, p.cfg.Store)
+		}
+		if err != nil {
+			return fmt.Errorf("projector: %w", err)
+		}
+	}
 	if cp == nil {
 		failpoint.Hit(failpoint.AuditAfterCommit, "")
 		return nil
@@ -394,7 +409,7 @@ func (p *Projector) publishLatest(ctx context.Context) error {
 	if cp == nil || p.cfg.Checkpoints == nil || p.cfg.Checkpoints.Has(cp) {
 		return nil
 	}
-	if err := p.cfg.Checkpoints.Publish(ctx, cp, p.cfg.AuditKey, p.cfg.Store); err != nil {
+	if err := p.cfg.Checkpoints.Publish(ctx, cp, p.cfg.Store); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -103,7 +103,7 @@ func (s *Scrubber) Deleted() uint64 { return s.deleted.Load() }
 // Run indexes the terminal ops of a store written before the scrub index
 // existed, then sweeps until ctx ends.
 func (s *Scrubber) Run(ctx context.Context) error {
-	st, err := s.cfg.JetStream.Stream(ctx, streams.Requests)
+	st, err := streams.Open(ctx, s.cfg.JetStream, s.cfg.Logger, streams.Requests)
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -80,12 +80,17 @@ type Config struct {
 	Clock func() time.Time
 	// Executors are registered besides echo.
 	Executors []executor.Executor
-	// RemoteExecutors tells the gate that executors for other tools run in
-	// other processes, so it does not deny tools it has no executor for.
-	RemoteExecutors bool
 	// ExecutorGroup names the executors' durable consumers; empty for the
 	// default. Processes of one group share the work.
 	ExecutorGroup string
+	// ExecutorWorkspaces, when set, are the only workspaces this process's
+	// executors serve (their roots are on this host); every process of
+	// the group must name the same ones. Nil serves every workspace.
+	ExecutorWorkspaces []string
+	// StartTimeout bounds how long Start waits for JetStream (a cluster
+	// electing its leaders, other processes provisioning the same streams)
+	// before it gives up; zero for DefaultStartTimeout.
+	StartTimeout time.Duration
 	// ExecWorkers and ClaimTimeout tune the executors; zero keeps their
 	// defaults.
 	ExecWorkers  int
@@ -121,10 +126,19 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultStartTimeout is Config.StartTimeout's default.
+const DefaultStartTimeout = 2 * time.Minute
+
 // Validate checks the config and fills defaults.
 func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("app: DataDir is required")
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.StartTimeout < 0 {
+		return fmt.Errorf("app: StartTimeout %s is negative", c.StartTimeout)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -157,6 +171,9 @@ type App struct {
 	Handoff *handoff.Args
 	// Live turns the live feed on and off.
 	Live *livefeed.Feed
+	// Instance is the data dir's instance id, which this process's claims
+	// carry.
+	Instance string
 
 	cfg      Config
 	gate     *gate.Gate
@@ -218,6 +235,15 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 
 // start brings the parts up; on error the caller closes what it opened.
 func (a *App) start(ctx context.Context, cfg Config) (err error) {
+	if a.Instance, err = loadInstance(cfg.DataDir); err != nil {
+		return err
+	}
+	// A first start makes the audit key beside the credentials, before it
+	// connects: a deployment's further data dirs take a copy of both
+	// (deploy/README.md).
+	if err := firstAuditKey(cfg.DataDir, cfg.Logger); err != nil {
+		return err
+	}
 	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1), nats.ErrorHandler(asyncErrors(cfg.Logger))}, cfg.NATSOptions...)
 	var authFile string
 	if cfg.Auth {
@@ -264,16 +290,23 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	// Everything Start asks of JetStream waits, within StartTimeout, for
+	// a cluster that is still electing its leaders or being provisioned
+	// by another process at the same moment.
+	sctx, scancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer scancel()
 	sc := cfg.Streams
 	sc.Live = a.Live.Wanted()
-	if err := streams.Provision(ctx, a.JetStream, sc); err != nil {
-		return err
+	if err := streams.Await(sctx, cfg.Logger, "provisioning the streams", func(ctx context.Context) error {
+		return streams.Provision(ctx, a.JetStream, sc)
+	}); err != nil {
+		return fmt.Errorf("app: %w", err)
 	}
 	a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir))
 	if err != nil {
 		return err
 	}
-	checkpoints, err := a.checkAuditLog(ctx, cfg)
+	checkpoints, err := a.checkAuditLog(sctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -289,19 +322,14 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	served := map[string]bool{}
-	for _, t := range reg.Tools() {
-		served[t] = true
-	}
-	if cfg.RemoteExecutors {
-		served = nil
-	}
 	// The gate hands the args of ops it admits to this process's runner.
 	a.Handoff = handoff.New(0, 0)
 	args := a.Handoff
+	served := streams.NewServed(a.JetStream, cfg.Logger)
 	gcfg := gate.Config{
 		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
-		Tools: served, Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg), Handoff: args,
+		Served: served.Serves, Local: localServes(reg, cfg.ExecutorWorkspaces),
+		Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg), Handoff: args,
 	}
 	if a.Authority != nil {
 		gcfg.Principals = a.principal
@@ -317,10 +345,16 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	runner, err := executor.NewRunner(executor.Config{
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
-		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Logger: cfg.Logger, Handoff: args,
+		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Workspaces: cfg.ExecutorWorkspaces,
+		Instance: a.Instance, Logger: cfg.Logger, Handoff: args,
 	})
 	if err != nil {
 		return err
+	}
+	// The executors' consumers exist before the gate decides anything: it
+	// learns from them which tools and workspaces are served.
+	if err := runner.Provision(sctx); err != nil {
+		return fmt.Errorf("app: %w", err)
 	}
 	scrubber, err := projector.NewScrubber(projector.ScrubberConfig{
 		JetStream: a.JetStream, Store: a.Store, Interval: cfg.ScrubInterval, Logger: cfg.Logger,
@@ -386,10 +420,14 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	case <-a.gate.Ready():
 	case <-a.done:
 		return fmt.Errorf("app: gate: %w", a.err)
-	case <-ctx.Done():
-		return ctx.Err()
+	case <-sctx.Done():
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("app: the gate did not come up within the start timeout (%s): JetStream did not answer", cfg.StartTimeout)
 	}
-	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "tools", reg.Tools())
+	cfg.Logger.Info("airlock started", "nats", a.ClientURL(), "data", cfg.DataDir, "instance", a.Instance, "tools", reg.Tools(),
+		"executor_group", cfg.ExecutorGroup, "workspaces", cfg.ExecutorWorkspaces)
 	return nil
 }
 

@@ -2,11 +2,18 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // StoreDir is the projection's Pebble store (with the audit log) under the
@@ -22,6 +29,24 @@ func (e *AuditError) Error() string {
 		msg = "audit log failed verification: " + e.Report.Problems[0].String()
 	}
 	return msg + " (run `airlock audit verify` for the whole report; --unsafe-audit-override starts anyway)"
+}
+
+// firstAuditKey makes the audit key of a data dir that has neither a key
+// nor a projection: a first start.
+func firstAuditKey(dir string, log *slog.Logger) error {
+	for _, name := range []string{audit.KeyFile, audit.PubFile, StoreDir} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+	}
+	key, created, err := audit.LoadOrCreateKey(dir)
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("audit key created", "origin", key.Origin, "verifier", key.Public)
+	}
+	return nil
 }
 
 // checkAuditLog loads (or creates) the audit key and verifies the whole log
@@ -41,13 +66,23 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 		}
 		cfg.Logger.Info("audit key created", "origin", key.Origin, "verifier", key.Public)
 	}
-	checkpoints, kvNote, err := projector.OpenCheckpoints(ctx, a.JetStream, key.Origin)
-	if err != nil {
+	var (
+		checkpoints *projector.Checkpoints
+		found       *projector.Found
+	)
+	if err := streams.Await(ctx, cfg.Logger, "the audit bucket", func(ctx context.Context) error {
+		checkpoints, found, err = projector.OpenCheckpoints(ctx, a.JetStream, key, a.Instance)
+		return err
+	}); err != nil {
 		return nil, err
 	}
-	var trusted []audit.Trusted
-	if kvNote != nil {
-		trusted = append(trusted, audit.Trusted{Name: "jetstream", Note: kvNote})
+	size, err := a.Store.LogSize()
+	if err != nil && !errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	trusted, err := checkpoints.Trusted(found, size)
+	if err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	rep, err := audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted})

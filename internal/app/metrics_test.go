@@ -226,10 +226,11 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 	assert.GreaterOrEqual(t, got[`airlock_execution_duration_seconds_sum{outcome="ambiguous",tool="remote_silent"}`], 0.3)
 
 	// Every event the projector applied, by type: 5 auto decisions and 2
-	// more when the granted ops resumed; 7 claims; the policy loaded at
-	// start.
+	// more when the granted ops resumed; 7 claims, each started; the
+	// policy loaded at start.
 	assert.Equal(t, map[string]float64{
 		`airlock_events_total{type="loaded"}`:    1,
+		`airlock_events_total{type="started"}`:   7,
 		`airlock_events_total{type="decided"}`:   7,
 		`airlock_events_total{type="held"}`:      4,
 		`airlock_events_total{type="granted"}`:   2,

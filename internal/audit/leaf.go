@@ -223,6 +223,8 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		l.Hold = d.HoldID
 	case *events.Claimed:
 		l.Attempt, l.Actor = d.Attempt, d.Runner
+	case *events.Started:
+		l.Attempt = d.Attempt
 	case *events.Completed:
 		l.Attempt, l.Result = d.Attempt, d.ResultDigest
 	case *events.Failed:

@@ -21,15 +21,15 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
 		{bench.PhasePipeline, 300, 300}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
-		{bench.PhaseRaw, 1200, 1200}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhaseRaw, 1500, 1500}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
 	assert.Equal(t, 50, res.Warmup)
 	assert.Greater(t, res.WarmupOpsPerS, 0.0)
-	assert.Equal(t, 4.0, res.MsgsPerOp) // request, decided, claimed, completed
-	assert.Equal(t, 1200, res.RawMsgs)
+	assert.Equal(t, 5.0, res.MsgsPerOp) // request, decided, claimed, started, completed
+	assert.Equal(t, 1500, res.RawMsgs)
 	assert.Greater(t, res.RawMsgBytes, 100)
 	assert.Greater(t, res.OpsPerS, 0.0)
 	assert.Greater(t, res.RawMsgsPerS, 0.0)

@@ -1,5 +1,6 @@
 // Package failpoint names the points in the execution path where a crash
 // test kills the process: after a claim and before any side effect, after
+// the started event and before the executor runs, after
 // the side effect and before its result is stored, after the result and
 // before the acknowledgement, between the files of a patch. A failpoint
 // can also inject an error where a result is stored.
@@ -7,7 +8,8 @@
 // Failpoints exist only in binaries built with the airlocktest tag. There,
 // AIRLOCK_FAILPOINT arms them: a comma-separated list of NAME or
 // NAME:TOOL (armed for that tool only), NAME@N (kill at the Nth hit, not
-// the first) and NAME=error for the error points. An armed kill point sends the process SIGKILL, so no deferred
+// the first), NAME=error for the error points and NAME=pause:DURATION
+// (stop there once, for that long, instead of dying). An armed kill point sends the process SIGKILL, so no deferred
 // code, flush or shutdown runs: what the crash leaves is what a real crash
 // would. In every other build Hit and Err do nothing and cost nothing.
 package failpoint
@@ -16,6 +18,9 @@ package failpoint
 const (
 	// AfterClaim: the claim is stored, nothing has run.
 	AfterClaim = "after-claim"
+	// AfterStarted: the attempt's started event is stored, the executor
+	// has not been called.
+	AfterStarted = "after-started"
 	// AfterEffect: the executor's side effect happened, its result is not
 	// stored. Executors call it right after the effect.
 	AfterEffect = "after-effect"
@@ -43,7 +48,7 @@ const (
 )
 
 // Kills lists the kill points, for harnesses that try each.
-var Kills = []string{AfterClaim, AfterEffect, AfterResult, PatchBetweenFiles}
+var Kills = []string{AfterClaim, AfterStarted, AfterEffect, AfterResult, PatchBetweenFiles}
 
 // EnvVar arms failpoints in test builds.
 const EnvVar = "AIRLOCK_FAILPOINT"

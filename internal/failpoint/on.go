@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Enabled reports whether this build has failpoints.
@@ -34,6 +35,10 @@ func parse(s string) (map[string]string, map[string]int) {
 		action := "kill"
 		if name, ok := strings.CutSuffix(f, "=error"); ok {
 			f, action = name, "error"
+		} else if name, d, ok := strings.Cut(f, "=pause:"); ok {
+			if _, err := time.ParseDuration(d); err == nil {
+				f, action = name, "pause:"+d
+			}
 		}
 		if name, count, ok := strings.Cut(f, "@"); ok {
 			if c, err := strconv.Atoi(count); err == nil && c > 0 {
@@ -53,9 +58,24 @@ func lookup(name, tool string) string {
 }
 
 // Hit kills the process with SIGKILL if name is armed (for tool, or for
-// every tool).
+// every tool), or, armed as NAME=pause:DURATION, stops the calling
+// goroutine there for that long, once, so that a test can break something
+// (a NATS node) at that point.
 func Hit(name, tool string) {
-	if lookup(name, tool) != "kill" {
+	action := lookup(name, tool)
+	if d, ok := strings.CutPrefix(action, "pause:"); ok {
+		mu.Lock()
+		hits[name+"=pause"]++
+		first := hits[name+"=pause"] == 1
+		mu.Unlock()
+		if first {
+			dur, _ := time.ParseDuration(d)
+			fmt.Fprintf(os.Stderr, "failpoint %s (%s): pause %s\n", name, tool, dur)
+			time.Sleep(dur)
+		}
+		return
+	}
+	if action != "kill" {
 		return
 	}
 	if n, ok := after[name]; ok {

@@ -43,6 +43,8 @@ type Event struct {
 	Subject string
 	// Header is the stored message's header.
 	Header nats.Header
+	// Time is when the stream stored it.
+	Time time.Time
 }
 
 // Op names the op an event belongs to; with the event's type it makes the
@@ -237,5 +239,5 @@ func Decode(raw *jetstream.RawStreamMsg) (*Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event %d on %s: %w", raw.Sequence, raw.Subject, err)
 	}
-	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data, Header: raw.Header, Subject: raw.Subject}, nil
+	return &Event{Type: t, ID: id, Seq: raw.Sequence, Data: data, Header: raw.Header, Subject: raw.Subject, Time: raw.Time}, nil
 }

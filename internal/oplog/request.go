@@ -14,14 +14,26 @@ import (
 // checks that it is the op's: its fingerprint must derive opID. A request
 // that is gone, does not decode or is another op's is an *events.Error
 // with code REQUEST_UNAVAILABLE; other errors are transport trouble.
-func Request(ctx context.Context, requests jetstream.Stream, seq uint64, opID string) (*events.Request, error) {
-	req, _, err := RequestMsg(ctx, requests, seq, opID)
+//
+// js, when set, is a JetStream context that may call the stream API (not
+// a client's): a direct get's "not found" is then asked of the leader
+// (see RequestMsg).
+func Request(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, opID string) (*events.Request, error) {
+	req, _, err := RequestMsg(ctx, js, requests, seq, opID)
 	return req, err
 }
 
 // RequestMsg is Request, and also returns the request message's header.
-func RequestMsg(ctx context.Context, requests jetstream.Stream, seq uint64, opID string) (*events.Request, nats.Header, error) {
+//
+// A direct get may be answered by a replica that has not stored the
+// request yet, and its "not found" says nothing: with js set, such an
+// answer is asked again of the stream's leader, and only the leader's
+// "not found" means the request is gone.
+func RequestMsg(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, opID string) (*events.Request, nats.Header, error) {
 	raw, err := requests.GetMsg(ctx, seq)
+	if info := requests.CachedInfo(); errors.Is(err, jetstream.ErrMsgNotFound) && js != nil && info != nil && info.Config.AllowDirect {
+		raw, err = LeaderMsg(ctx, js, info.Config.Name, seq)
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)
 	}

@@ -7,6 +7,7 @@ package streams
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -40,6 +41,15 @@ const (
 
 // DefaultExecutorGroup names the executors that share work by default.
 const DefaultExecutorGroup = "airlock-exec"
+
+// GroupRule says what an executor group name may be.
+const GroupRule = "1 to 64 letters, digits, '_' and '-'"
+
+var groupPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidGroup reports whether s may name an executor group: its consumers'
+// names are <group>-<tool>.
+func ValidGroup(s string) bool { return groupPattern.MatchString(s) }
 
 // ExecutorConsumer is the durable consumer through which one group of
 // executors takes one tool's decided events. Executors of one group share
@@ -190,14 +200,31 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	return nil
 }
 
-// AuditCheckpointKey is the bucket key of the newest checkpoint of the log
-// with origin: each projection (each data dir) keeps its own log, signed
-// with its own key, so processes sharing a cluster never contend for one
-// key. "checkpoint.<the origin's last element>".
+// AuditCheckpointKey is the bucket key of the deployment's newest
+// checkpoint of the log with origin: "checkpoint.<the origin's last
+// element>". Every instance of a deployment signs the same log with the
+// same key, so they share this key; a bucket also keeps the keys of logs
+// of other origins (older deployments), each under its own.
 func AuditCheckpointKey(origin string) string {
-	id := origin[strings.LastIndexByte(origin, '/')+1:]
-	return "checkpoint." + id
+	return "checkpoint." + originID(origin)
 }
+
+// AuditInstanceKey is the bucket key of the newest checkpoint one
+// instance (one data dir) signed of the log with origin:
+// "checkpoint.<origin id>.<instance>".
+func AuditInstanceKey(origin, instance string) string {
+	return AuditCheckpointKey(origin) + "." + instance
+}
+
+// AuditInstanceKeys matches every AuditInstanceKey of origin.
+func AuditInstanceKeys(origin string) string { return AuditCheckpointKey(origin) + ".*" }
+
+// AuditLogKey is the bucket key that names the deployment's audit log: its
+// verifier key (audit.pub), written by the first instance to start. An
+// instance whose audit key is another is refused at start.
+const AuditLogKey = "log"
+
+func originID(origin string) string { return origin[strings.LastIndexByte(origin, '/')+1:] }
 
 // AuditConfig is the configuration of the audit checkpoint bucket.
 func AuditConfig(c Config) jetstream.KeyValueConfig {

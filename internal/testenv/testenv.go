@@ -107,3 +107,27 @@ func OpEvents(t testing.TB, js jetstream.JetStream, ws, op string) []events.Type
 	require.NoError(t, batch.Error())
 	return types
 }
+
+// StaleRequestsResponder adds a responder to the requests stream's direct gets
+// that has none of the messages stored after it, as a replica behind the
+// leader answers: a mirror that takes part in the stream's direct gets
+// (MirrorDirect) and mirrors one workspace's requests only. It joins the
+// direct gets once it has caught up with the one message it mirrors;
+// direct gets are then answered by it or by the stream, at random.
+func StaleRequestsResponder(t testing.TB, n *NATS) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := n.JetStream.Publish(ctx, events.RequestSubject("elsewhere", "a"), []byte(`{}`))
+	require.NoError(t, err)
+	mirror, err := n.JetStream.CreateStream(ctx, jetstream.StreamConfig{
+		Name:         "REQUESTS_BEHIND",
+		Mirror:       &jetstream.StreamSource{Name: streams.Requests, FilterSubject: events.RequestSubject("elsewhere", ">")},
+		MirrorDirect: true,
+		AllowDirect:  true,
+	})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := mirror.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	}, 10*time.Second, 10*time.Millisecond, "the mirror caught up")
+}

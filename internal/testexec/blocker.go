@@ -45,7 +45,7 @@ func (b *Blocker) Execute(ctx context.Context, call executor.Call) (json.RawMess
 }
 
 // Recover runs the call again: blocking has no effect to repeat.
-func (b *Blocker) Recover(context.Context, executor.Call, string) (executor.Recovery, error) {
+func (b *Blocker) Recover(context.Context, executor.Call, executor.Lost) (executor.Recovery, error) {
 	return executor.Recovery{Action: executor.Rerun}, nil
 }
 

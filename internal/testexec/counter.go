@@ -90,9 +90,10 @@ func appendLine(path, line string) error {
 	return f.Sync()
 }
 
-// Recover reads the record: present means the lost attempt ran. Each call
+// Recover reads the record, which any instance on the host reads too:
+// present means the lost attempt ran. Each call
 // is noted in Dir/RECOVERED, so a test can tell recoveries happened.
-func (c *Counter) Recover(_ context.Context, call executor.Call, _ string) (executor.Recovery, error) {
+func (c *Counter) Recover(_ context.Context, call executor.Call, _ executor.Lost) (executor.Recovery, error) {
 	if err := appendLine(filepath.Join(c.Dir, "RECOVERED"), call.OpID); err != nil {
 		return executor.Recovery{}, err
 	}

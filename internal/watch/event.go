@@ -94,7 +94,8 @@ type Event struct {
 	// Type is the CloudEvents type; empty when undecodable.
 	Type events.Type `json:"type,omitempty"`
 	// Kind is what happened: the op event's verb (decided, held, granted,
-	// denied, expired, claimed, completed, failed, ambiguous, scrubbed),
+	// denied, expired, claimed, started, completed, failed, ambiguous,
+	// scrubbed),
 	// Rejected, ModeSet, PolicyLoaded or Undecodable.
 	Kind      string `json:"event"`
 	Subject   string `json:"subject"`
@@ -274,6 +275,8 @@ func opDetails(e *Event, data any) {
 		e.Code, e.HoldID = events.CodeHoldExpired, d.HoldID
 	case *events.Claimed:
 		e.Attempt, e.Recovers = d.Attempt, d.Recovers
+	case *events.Started:
+		e.Attempt = d.Attempt
 	case *events.Completed:
 		e.Attempt, e.Recovered, e.ResultDigest = d.Attempt, d.Recovered, d.ResultDigest
 		e.DurationMS, e.ResultBytes = &d.DurationMS, &d.ResultBytes

@@ -22,13 +22,18 @@ func (s *suite) bad(t *testing.T, f Fixture, b Bad) {
 	valid := prep(t, f, f.Call(0))
 	c := b.Call(valid)
 	require.Equal(t, valid.OpID, c.OpID, "Bad.Call must keep the op id")
-	_, err := f.Executor.Execute(t.Context(), c)
 	var e *events.Error
+	c, perr := prepared(t, f, c)
+	if perr != nil {
+		require.ErrorAs(t, perr, &e, "Prepare must refuse bad input with an *events.Error")
+		require.Equal(t, b.Code, e.Code, "Prepare refused with the wrong code: %v", perr)
+	}
+	_, err := f.Executor.Execute(t.Context(), c)
 	require.ErrorAs(t, err, &e, "bad input must be refused with an *events.Error")
 	require.Equal(t, b.Code, e.Code, "refused with the wrong code: %v", err)
 	requireEffects(t, f, valid, 0, "a refused call had an effect")
 
-	rec := recoverAttempt(t, f, c, c.Attempt)
+	rec := recoverAttempt(t, f, c, own(c))
 	require.NotEqual(t, executor.Done, rec.Action,
 		"Recover answered Done (result %.200s) for an attempt that was refused", rec.Result)
 	requireEffects(t, f, valid, 0)
@@ -94,7 +99,7 @@ func (s *suite) concurrency(t *testing.T, f Fixture) {
 
 	recs := make([]executor.Recovery, len(calls))
 	for i, c := range calls {
-		wg.Go(func() { recs[i], errs[i] = f.Executor.Recover(t.Context(), c, c.Attempt) })
+		wg.Go(func() { recs[i], errs[i] = f.Executor.Recover(t.Context(), c, own(c)) })
 	}
 	wg.Wait()
 	for i, c := range calls {
@@ -104,8 +109,8 @@ func (s *suite) concurrency(t *testing.T, f Fixture) {
 			assert.JSONEq(t, string(orNull(results[i])), string(orNull(recs[i].Result)), "call %d", i)
 		case executor.Rerun:
 			assert.True(t, s.h.SafeToRepeat, "call %d: Recover answered Rerun for an attempt that completed", i)
-		case executor.Ambiguous:
-			assert.True(t, s.h.MayBeAmbiguous, "call %d: Recover answered Ambiguous for an attempt that completed", i)
+		case executor.Ambiguous, executor.Defer:
+			assert.True(t, s.h.MayBeAmbiguous, "call %d: Recover answered %s for an attempt that completed", i, recs[i].Action)
 		default:
 			t.Errorf("call %d: Recover returned unknown action %d", i, recs[i].Action)
 		}
@@ -121,7 +126,11 @@ func (s *suite) limit(t *testing.T, f Fixture, l Limit) {
 	c := l.Call(valid)
 	require.Equal(t, valid.OpID, c.OpID, "Limit.Call must keep the op id")
 	start := time.Now()
-	res, err := f.Executor.Execute(t.Context(), c)
+	c, err := prepared(t, f, c)
+	var res json.RawMessage
+	if err == nil {
+		res, err = f.Executor.Execute(t.Context(), c)
+	}
 	require.Less(t, time.Since(start), Prompt, "a call at a limit must still end promptly")
 	if err == nil {
 		requireStorable(t, res)

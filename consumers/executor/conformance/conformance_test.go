@@ -50,6 +50,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{fault: "done-after-cancel", fails: []string{"cancel/running", "cancel/deadline"}},
 		{fault: "rerun-after-cancel", fails: []string{"cancel/running"}},
 		{fault: "known-stale", fails: []string{""}},
+		{fault: "rerun-elsewhere", fails: []string{"recover/elsewhere-never-ran"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault, func(t *testing.T) {
@@ -111,7 +112,8 @@ func TestFaulty(t *testing.T) {
 // memo is an executor that, without a fault, passes the suite: each call
 // counts one run of its op, records its attempt as started before and
 // done (with the result) after, and Recover reads the records: done is
-// Done, started is Ambiguous, neither is Rerun.
+// Done, started is Ambiguous, neither is Rerun for its own attempts and
+// Defer for another instance's.
 type memo struct {
 	fault   string
 	mu      sync.Mutex
@@ -175,7 +177,8 @@ func (m *memo) run(c executor.Call) {
 	m.runs[c.OpID]++
 }
 
-func (m *memo) Recover(_ context.Context, c executor.Call, lost string) (executor.Recovery, error) {
+func (m *memo) Recover(_ context.Context, c executor.Call, l executor.Lost) (executor.Recovery, error) {
+	lost := l.Attempt
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	res, done := m.done[lost]
@@ -198,6 +201,10 @@ func (m *memo) Recover(_ context.Context, c executor.Call, lost string) (executo
 		return executor.Recovery{Action: executor.Done, Result: bytes.Clone(res)}, nil
 	case m.started[lost]:
 		return executor.Recovery{Action: executor.Ambiguous, Known: "started, no result"}, nil
+	case !l.Own && m.fault != "rerun-elsewhere":
+		// Its records are in this instance's memory: they say nothing
+		// of another instance's attempt.
+		return executor.Recovery{Action: executor.Defer, Known: "another instance's attempt"}, nil
 	}
 	return executor.Recovery{Action: executor.Rerun}, nil
 }

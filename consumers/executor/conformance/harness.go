@@ -34,6 +34,12 @@ type Harness struct {
 	// SafeToRepeat declares that a call may run again without harm (echo):
 	// Recover may then answer Rerun for an attempt that ran.
 	SafeToRepeat bool
+	// RecoversElsewhere declares that the executor's records of an attempt
+	// are read the same by every instance of a deployment (a tool
+	// server's, the files of a workspace every serving instance shares,
+	// with the started event's evidence): Recover may then answer Rerun
+	// for another instance's attempt, and owes Done for one that completed.
+	RecoversElsewhere bool
 	// MayBeAmbiguous declares that the executor keeps no record that tells
 	// a run attempt from one that never ran: Recover may answer Ambiguous
 	// where Rerun (never ran) or Done (completed) is otherwise owed. It

@@ -42,6 +42,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("recover", func(t *testing.T) {
 		s.sub(t, "recover", "never-ran", s.recoverNeverRan)
 		s.sub(t, "recover", "completed", s.recoverCompleted)
+		s.sub(t, "recover", "elsewhere-never-ran", s.recoverElsewhereNeverRan)
+		s.sub(t, "recover", "elsewhere-completed", s.recoverElsewhereCompleted)
 	})
 	s.sub(t, "", "second-attempt", s.secondAttempt)
 	t.Run("bad", func(t *testing.T) {
@@ -114,7 +116,8 @@ func (s *suite) fixture(t *testing.T) Fixture {
 }
 
 // prep completes a call from the fixture: the executor's tool and a fresh
-// attempt, as a runner's claim would give it.
+// attempt, as a runner's claim would give it, and the executor's evidence
+// (Preparer), as the runner takes it before the started event.
 func prep(t *testing.T, f Fixture, c executor.Call) executor.Call {
 	t.Helper()
 	require.True(t, events.ValidOpID(c.OpID), "Fixture call has op id %q, want op_<32 hex>", c.OpID)
@@ -122,13 +125,67 @@ func prep(t *testing.T, f Fixture, c executor.Call) executor.Call {
 	require.NoError(t, err, "Fixture call args are not JSON")
 	require.Equal(t, string(canon), string(c.Args), "Fixture call args must be canonical JSON, as the runner passes them")
 	c.Tool = f.Executor.Tool()
-	return again(c)
+	return again(t, f, c)
 }
 
-// again is c under a new attempt.
-func again(c executor.Call) executor.Call {
-	c.Attempt = nuid.Next()
+// again is c under a new attempt, with that attempt's evidence.
+func again(t *testing.T, f Fixture, c executor.Call) executor.Call {
+	t.Helper()
+	c, err := attempt(t, f, c)
+	require.NoError(t, err, "Prepare of a valid call")
 	return c
+}
+
+// attempt is c under a new attempt, prepared as the runner prepares it:
+// Prepare's error is the call's refusal, before anything ran.
+func attempt(t *testing.T, f Fixture, c executor.Call) (executor.Call, error) {
+	t.Helper()
+	c.Attempt = nuid.Next()
+	return prepared(t, f, c)
+}
+
+// prepared is c with its evidence (Preparer), or Prepare's error, which
+// must have had no effect.
+func prepared(t *testing.T, f Fixture, c executor.Call) (executor.Call, error) {
+	t.Helper()
+	c.Evidence = nil
+	p, ok := f.Executor.(executor.Preparer)
+	if !ok {
+		return c, nil
+	}
+	before := effects(f, c)
+	ctx, cancel := context.WithTimeout(t.Context(), Prompt)
+	ev, err := p.Prepare(ctx, c)
+	cancel()
+	requireEffects(t, f, c, before, "Prepare had an effect")
+	if err != nil {
+		return c, err
+	}
+	require.LessOrEqual(t, len(ev), events.MaxEvidenceBytes, "Prepare's evidence is over events.MaxEvidenceBytes")
+	if len(ev) > 0 {
+		require.True(t, json.Valid(ev), "Prepare's evidence is not JSON")
+	}
+	c.Evidence = ev
+	return c, nil
+}
+
+// Instances the suite names in a Lost: this one, and another of the same
+// deployment.
+const (
+	thisInstance  = "00000000000000aa"
+	otherInstance = "00000000000000bb"
+)
+
+// own is attempt c as a recovery in the instance that made it sees it.
+func own(c executor.Call) executor.Lost {
+	return executor.Lost{Attempt: c.Attempt, Instance: thisInstance, Own: true, StartedAt: time.Now(), Evidence: c.Evidence}
+}
+
+// elsewhere is attempt c as a recovery in another instance sees it.
+func elsewhere(c executor.Call) executor.Lost {
+	l := own(c)
+	l.Instance, l.Own = otherInstance, false
+	return l
 }
 
 // effects counts c's effect; 0 for an executor without one.
@@ -180,7 +237,7 @@ func orNull(res json.RawMessage) json.RawMessage {
 
 // recoverAttempt asks Recover about attempt lost of c's op, bounded by
 // Prompt, and checks it had no effect and named a known action.
-func recoverAttempt(t *testing.T, f Fixture, c executor.Call, lost string) executor.Recovery {
+func recoverAttempt(t *testing.T, f Fixture, c executor.Call, lost executor.Lost) executor.Recovery {
 	t.Helper()
 	before := effects(f, c)
 	rec := recoverInFlight(t, f, c, lost)
@@ -191,17 +248,24 @@ func recoverAttempt(t *testing.T, f Fixture, c executor.Call, lost string) execu
 // recoverInFlight is recoverAttempt for an attempt whose call may still
 // be in flight (a cancelled remote call was sent): its effect may happen
 // while Recover runs, so Recover's own is not checked.
-func recoverInFlight(t *testing.T, f Fixture, c executor.Call, lost string) executor.Recovery {
+func recoverInFlight(t *testing.T, f Fixture, c executor.Call, lost executor.Lost) executor.Recovery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), Prompt)
 	defer cancel()
 	rec, err := f.Executor.Recover(ctx, c, lost)
 	require.NoError(t, err, "Recover")
-	require.Contains(t, []executor.Action{executor.Rerun, executor.Done, executor.Ambiguous}, rec.Action, "Recover returned an unknown action")
-	if rec.Action == executor.Ambiguous {
-		require.NotEmpty(t, rec.Known, "an Ambiguous recovery must say what is known")
-	}
+	checkAction(t, rec)
 	return rec
+}
+
+// checkAction checks that rec names a known action, and that an Ambiguous
+// or Defer answer says what is known.
+func checkAction(t *testing.T, rec executor.Recovery) {
+	t.Helper()
+	require.Contains(t, []executor.Action{executor.Rerun, executor.Done, executor.Ambiguous, executor.Defer}, rec.Action, "Recover returned an unknown action")
+	if rec.Action == executor.Ambiguous || rec.Action == executor.Defer {
+		require.NotEmpty(t, rec.Known, "an %s recovery must say what is known", rec.Action)
+	}
 }
 
 func (s *suite) identity(t *testing.T, f Fixture) {

@@ -159,4 +159,4 @@ var (
 	_ executor.Operands = (*Exec)(nil)
 )
 
-var _ executor.Forgetter = (*Exec)(nil)
+var _ executor.Keeper = (*Exec)(nil)

@@ -221,7 +221,7 @@ func TestStartFailures(t *testing.T) {
 			assert.NoFileExists(t, filepath.Join(f.root, "PROBE"))
 			// Nothing ran, so nothing is left that would make a recovery
 			// call it ambiguous.
-			rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+			rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 			require.NoError(t, err)
 			assert.Equal(t, executor.Rerun, rec.Action)
 		})
@@ -248,7 +248,7 @@ func TestContextCancelKillsGroup(t *testing.T) {
 	waitGone(t, readPids(t, filepath.Join(f.root, "pids")))
 
 	// It ran and was killed: recovery knows the result.
-	rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	require.Equal(t, executor.Done, rec.Action)
 	var r command.Result

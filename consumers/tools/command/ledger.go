@@ -189,13 +189,17 @@ func argvDigest(argv []string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// Recover decides from the ledger: no started record for lost means the
-// process was never spawned (Rerun); a done record means it ran and its
-// result is known (Done with that result); a started record without a
-// done record means it may have run, in whole or in part, and it is never
-// spawned again (Ambiguous).
-func (e *Exec) Recover(_ context.Context, c executor.Call, lost string) (executor.Recovery, error) {
-	done, err := e.ledger.path(c.OpID, lost, ".done")
+// Recover decides from the ledger. A done record for the lost attempt
+// means it ran and its result is known (Done with that result); a started
+// record without a done record means it may have run, in whole or in part,
+// and it is never spawned again (Ambiguous). No record at all proves that
+// the process was never spawned only when the attempt was this instance's
+// (lost.Own: the record is written and synced before the spawn), and then
+// it runs again (Rerun); another instance's attempt has its records on
+// that instance's disk, so only it can tell (Defer, and Ambiguous if it
+// does not come back in time).
+func (e *Exec) Recover(_ context.Context, c executor.Call, lost executor.Lost) (executor.Recovery, error) {
+	done, err := e.ledger.path(c.OpID, lost.Attempt, ".done")
 	if err != nil {
 		return executor.Recovery{}, err
 	}
@@ -204,24 +208,27 @@ func (e *Exec) Recover(_ context.Context, c executor.Call, lost string) (executo
 	case err == nil:
 		if !json.Valid(b) {
 			return executor.Recovery{Action: executor.Ambiguous,
-				Known: fmt.Sprintf("exec attempt %s ran; its recorded result is unreadable; it is never run again", lost)}, nil
+				Known: fmt.Sprintf("exec attempt %s ran; its recorded result is unreadable; it is never run again", lost.Attempt)}, nil
 		}
 		return executor.Recovery{Action: executor.Done, Result: b}, nil
 	case !errors.Is(err, fs.ErrNotExist):
 		return executor.Recovery{}, fmt.Errorf("exec ledger: %w", err)
 	}
-	st := filepath.Join(filepath.Dir(done), lost+".started")
+	st := filepath.Join(filepath.Dir(done), lost.Attempt+".started")
 	b, err = os.ReadFile(st)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) && lost.Own:
 		return executor.Recovery{Action: executor.Rerun}, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return executor.Recovery{Action: executor.Defer,
+			Known: fmt.Sprintf("exec attempt %s may have spawned on another instance, whose ledger alone can tell; it is never run again", lost.Attempt)}, nil
 	case err != nil:
 		return executor.Recovery{}, fmt.Errorf("exec ledger: %w", err)
 	}
 	var rec started
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return executor.Recovery{Action: executor.Ambiguous,
-			Known: fmt.Sprintf("exec attempt %s started (record unreadable) and has no recorded exit; it is never run again", lost)}, nil
+			Known: fmt.Sprintf("exec attempt %s started (record unreadable) and has no recorded exit; it is never run again", lost.Attempt)}, nil
 	}
 	pid := "pid unknown"
 	if rec.PID > 0 {
@@ -229,7 +236,7 @@ func (e *Exec) Recover(_ context.Context, c executor.Call, lost string) (executo
 	}
 	return executor.Recovery{Action: executor.Ambiguous,
 		Known: fmt.Sprintf("exec attempt %s started %s (%s) and has no recorded exit; it is never run again",
-			lost, rec.StartedAt.Format(time.RFC3339Nano), pid)}, nil
+			lost.Attempt, rec.StartedAt.Format(time.RFC3339Nano), pid)}, nil
 }
 
 // forget removes the op's records.
@@ -244,3 +251,18 @@ func (l ledger) forget(op string) error {
 // Forget removes the op's ledger records: the runner calls it once the
 // op's terminal event is stored, when no recovery can ask about it again.
 func (e *Exec) Forget(_ context.Context, opID string) error { return e.ledger.forget(opID) }
+
+// Kept lists the ops the ledger holds records of.
+func (e *Exec) Kept(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(e.ledger.dir)
+	if err != nil {
+		return nil, fmt.Errorf("exec ledger: %w", err)
+	}
+	var ops []string
+	for _, en := range entries {
+		if en.IsDir() && validName(en.Name()) {
+			ops = append(ops, en.Name())
+		}
+	}
+	return ops, nil
+}

@@ -44,7 +44,7 @@ func crashHelper() {
 func TestRecoverNeverStarted(t *testing.T) {
 	f := newFixture(t)
 	c := call(t, "w", argv("true"))
-	rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Recovery{Action: executor.Rerun}, rec)
 }
@@ -54,14 +54,14 @@ func TestRecoverDone(t *testing.T) {
 	c := call(t, "w", argv("sh", "-c", "echo hello; exit 7"))
 	out, err := f.e.Execute(context.Background(), c)
 	require.NoError(t, err)
-	rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Done, rec.Action)
 	assert.Equal(t, string(out), string(rec.Result))
 	assert.ElementsMatch(t, []string{c.OpID, c.OpID + "/" + c.Attempt + ".started", c.OpID + "/" + c.Attempt + ".done"}, f.ledgerEntries(t))
 
 	// Another attempt of the same op that never started is its own story.
-	rec, err = f.e.Recover(context.Background(), c, "other-attempt")
+	rec, err = f.e.Recover(context.Background(), c, executor.Lost{Attempt: "other-attempt", Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Rerun, rec.Action)
 }
@@ -89,7 +89,7 @@ func TestCrashMidExecIsAmbiguous(t *testing.T) {
 	// attempt started without an exit.
 	waitGone(t, []int{childPID})
 	assert.NoFileExists(t, filepath.Join(f.ledger, c.OpID, c.Attempt+".done"))
-	rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Ambiguous, rec.Action)
 	assert.Regexp(t, fmt.Sprintf(`^exec attempt %s started \d{4}-\d\d-\d\dT\S+ \(pid %d\) and has no recorded exit; it is never run again$`,
@@ -135,7 +135,7 @@ func TestCrashAfterEffectIsDone(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(f.root, "runs"))
 	require.NoError(t, err)
 	assert.Equal(t, "ran\n", string(b))
-	rec, err := f.e.Recover(context.Background(), c, c.Attempt)
+	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	require.Equal(t, executor.Done, rec.Action)
 	var r command.Result
@@ -153,7 +153,7 @@ func TestRecoverCraftedLedger(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600))
 	}
 	recover := func(attempt string) executor.Recovery {
-		rec, err := f.e.Recover(context.Background(), c, attempt)
+		rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: attempt, Own: true})
 		require.NoError(t, err)
 		return rec
 	}
@@ -181,9 +181,9 @@ func TestRecoverCraftedLedger(t *testing.T) {
 
 	// Ids that are not file names are refused, not joined into paths.
 	for _, bad := range []string{"", "..", "../x", "a/b", ".hidden"} {
-		_, err := f.e.Recover(context.Background(), c, bad)
+		_, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: bad, Own: true})
 		assert.Error(t, err, "attempt %q", bad)
-		_, err = f.e.Recover(context.Background(), executor.Call{OpID: bad}, "a1")
+		_, err = f.e.Recover(context.Background(), executor.Call{OpID: bad}, executor.Lost{Attempt: "a1", Own: true})
 		assert.Error(t, err, "op %q", bad)
 	}
 }

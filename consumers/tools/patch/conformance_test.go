@@ -33,8 +33,11 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Harness{
 		New:    newConformanceFixture,
 		Repeat: conformance.RepeatRefused,
-		Bad:    patchBad(),
-		Limits: patchLimits(),
+		// The started event's evidence and the workspace's files judge an
+		// attempt on any instance that serves the workspace.
+		RecoversElsewhere: true,
+		Bad:               patchBad(),
+		Limits:            patchLimits(),
 	})
 }
 

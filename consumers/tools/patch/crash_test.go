@@ -58,7 +58,7 @@ func TestCrashPatchBetweenFiles(t *testing.T) {
 	e := crashAt(t, failpoint.PatchBetweenFiles)
 	assert.Equal(t, "ONE\ntwo\n", e.read(t, "a.txt"), "the first file was written")
 	assert.NoFileExists(t, filepath.Join(e.root, "new.txt"), "the second was not")
-	rec, err := e.p.Recover(context.Background(), executor.Call{OpID: "op_crash", Workspace: testWS}, "att-1")
+	rec, err := e.p.Recover(context.Background(), executor.Call{OpID: "op_crash", Workspace: testWS}, executor.Lost{Attempt: "att-1", Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Ambiguous, rec.Action)
 	assert.Contains(t, rec.Known, "file 1 of 3 holds its post-image")
@@ -68,7 +68,7 @@ func TestCrashPatchBetweenFiles(t *testing.T) {
 
 func TestCrashPatchAfterEffect(t *testing.T) {
 	e := crashAt(t, failpoint.AfterEffect)
-	rec, err := e.p.Recover(context.Background(), executor.Call{OpID: "op_crash", Workspace: testWS}, "att-1")
+	rec, err := e.p.Recover(context.Background(), executor.Call{OpID: "op_crash", Workspace: testWS}, executor.Lost{Attempt: "att-1", Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Done, rec.Action)
 	assert.Contains(t, string(rec.Result), `"path":"new.txt","action":"add"`)

@@ -153,9 +153,9 @@ func (p *Patch) Execute(ctx context.Context, c executor.Call) (json.RawMessage, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	files := make([]File, len(ts))
-	for i, t := range ts {
-		files[i] = t.file
+	files := filesOf(ts)
+	if err := matchesEvidence(files, c.Evidence); err != nil {
+		return nil, err
 	}
 	if err := p.writeLedger(ledger{Op: c.OpID, Attempt: c.Attempt, Files: files}); err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func recoverOp(t *testing.T, e *env, op string) executor.Recovery {
 	t.Helper()
 	c := call(t, op, threeFiles)
 	c.Attempt = "att-2"
-	rec, err := e.p.Recover(context.Background(), c, "att-1")
+	rec, err := e.p.Recover(context.Background(), c, executor.Lost{Attempt: "att-1", Own: true})
 	require.NoError(t, err)
 	return rec
 }
@@ -164,7 +164,7 @@ func TestRecoverWithoutRootIsAnError(t *testing.T) {
 	require.NoError(t, err)
 	c := call(t, "op_r", threeFiles)
 	c.Workspace = "gone"
-	_, err = e.p.Recover(context.Background(), c, "att-1")
+	_, err = e.p.Recover(context.Background(), c, executor.Lost{Attempt: "att-1", Own: true})
 	require.Error(t, err)
 	assert.Equal(t, events.CodeNoWorkspaceRoot, events.CodeOf(err))
 }

@@ -199,4 +199,19 @@ func (p *Patch) Forget(_ context.Context, opID string) error {
 	return err
 }
 
-var _ executor.Forgetter = (*Patch)(nil)
+// Kept lists the ops with a ledger.
+func (p *Patch) Kept(context.Context) ([]string, error) {
+	entries, err := os.ReadDir(p.ledger)
+	if err != nil {
+		return nil, fmt.Errorf("apply_patch: ledger: %w", err)
+	}
+	var ops []string
+	for _, e := range entries {
+		if op, ok := strings.CutSuffix(e.Name(), ".json"); ok && e.Type().IsRegular() && safeOpID(op) {
+			ops = append(ops, op)
+		}
+	}
+	return ops, nil
+}
+
+var _ executor.Keeper = (*Patch)(nil)

@@ -50,7 +50,7 @@ func TestWriteErrorRestoresFiles(t *testing.T) {
 	assert.Equal(t, "old\n", string(b))
 
 	// Recovery agrees: every file at its pre-image.
-	rec, err := p.Recover(context.Background(), executor.Call{OpID: "op_w", Workspace: "ws"}, "a1")
+	rec, err := p.Recover(context.Background(), executor.Call{OpID: "op_w", Workspace: "ws"}, executor.Lost{Attempt: "a1", Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Rerun, rec.Action)
 }

@@ -53,7 +53,9 @@ func TestConformance(t *testing.T) {
 				Effects: ts.effects,
 			}
 		},
-		Repeat: conformance.RepeatReplays,
+		// Its records are shared by every instance.
+		RecoversElsewhere: true,
+		Repeat:            conformance.RepeatReplays,
 		Bad: []conformance.Bad{
 			{Name: "server refuses the args", Call: conformance.Args(`{"x":1}`), Code: events.CodeInvalidArgs},
 			{Name: "server says the args are too large", Call: conformance.Args(`{"fail":"ARGS_TOO_LARGE"}`), Code: events.CodeArgsTooLarge},

@@ -27,7 +27,11 @@ import (
 // later, when the server cannot answer now: no status responder (it may be
 // restarting), no answer in time, a transport error, or "running" (the
 // lost call is still being worked on there); and when ctx ends first.
-func (r *Remote) Recover(ctx context.Context, c executor.Call, lost string) (executor.Recovery, error) {
+//
+// The tool server's records are shared: any instance asks the same server,
+// so the answer does not depend on lost.Own.
+func (r *Remote) Recover(ctx context.Context, c executor.Call, l executor.Lost) (executor.Recovery, error) {
+	lost := l.Attempt
 	st, said, later := r.status(ctx, c.OpID, lost)
 	if ctx.Err() != nil {
 		return executor.Recovery{}, fmt.Errorf("recover %s from %s: %w", c.OpID, r.StatusSubject(), ctx.Err())

@@ -48,7 +48,7 @@ func TestRecover(t *testing.T) {
 			}
 			c := call()
 			c.Attempt = "NEW"
-			rec, err := g.remote(t).Recover(context.Background(), c, "L0ST")
+			rec, err := g.remote(t).Recover(context.Background(), c, executor.Lost{Attempt: "L0ST", Own: true})
 			if tc.action == 0 {
 				require.Error(t, err, "the claim stands and recovery asks again later")
 				return
@@ -75,6 +75,6 @@ func TestRecoverCancelled(t *testing.T) {
 	g.on(t, status, answer(`{"v":1,"state":"running"}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := g.remote(t).Recover(ctx, call(), "L0ST")
+	_, err := g.remote(t).Recover(ctx, call(), executor.Lost{Attempt: "L0ST", Own: true})
 	assert.ErrorIs(t, err, context.Canceled)
 }

@@ -1,0 +1,137 @@
+package executor
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/handoff"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config configures a Runner.
+type Config struct {
+	// JetStream reads decided events and appends op events. Required.
+	JetStream jetstream.JetStream
+	// Registry holds the executors to run. Required.
+	Registry *Registry
+	// Workers bounds the calls of one batch that run at once, and the
+	// batch size; default 64.
+	Workers int
+	// Loops is how many batches of one tool are in hand at once; a slow
+	// call holds up only its own batch. Default 4.
+	Loops int
+	// ClaimTimeout is how long a claimed op may go without a heartbeat
+	// before its decided event is redelivered and recovery decides; default
+	// 30s. Runners heartbeat every third of it while a call runs.
+	ClaimTimeout time.Duration
+	// RecordFor is how long the runner keeps trying to store an outcome
+	// (a NATS node lost, a leader being elected) before it leaves the op
+	// to recovery; default 2 × ClaimTimeout. It keeps heartbeating the
+	// delivery meanwhile, so no other runner takes the op over.
+	RecordFor time.Duration
+	// Handoff, when set, holds args the gate of this process admitted:
+	// an op found there is not read back from AIRLOCK_REQUESTS.
+	Handoff *handoff.Args
+	// Group names the durable consumers (one per tool) the runner takes
+	// work from; runners of one group share it. Default
+	// streams.DefaultExecutorGroup.
+	Group string
+	// Workspaces, when set, are the only workspaces whose ops this runner
+	// takes (their roots are on its host): its consumers are filtered on
+	// them. Every runner of a group must serve the same set; nil serves
+	// every workspace.
+	Workspaces []string
+	// Instance names this Airlock instance (its data dir) in its claims,
+	// so that a recovery here trusts this instance's own records of its
+	// own attempts (Lost.Own), and only of those. Default: a random id per
+	// Runner, which takes no attempt of an earlier run for its own.
+	Instance string
+	// Host is the host name claims record; default os.Hostname().
+	Host string
+	// OwnerTries is how many more deliveries an op whose lost attempt only
+	// its own instance can settle (Defer) waits for that instance, each
+	// OwnerRetryDelay apart, before another instance ends it ambiguous;
+	// default 10 and 1s.
+	OwnerTries      int
+	OwnerRetryDelay time.Duration
+	// SweepInterval is how often the runner looks for executor records
+	// (Keeper) of ops that have ended, by whichever instance; default 10s.
+	SweepInterval time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate checks the config and fills defaults.
+func (c *Config) Validate() error {
+	if c.JetStream == nil || c.Registry == nil {
+		return errors.New("executor: JetStream and Registry are required")
+	}
+	if c.Workers <= 0 {
+		c.Workers = 64
+	}
+	if c.Loops <= 0 {
+		c.Loops = 4
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = 30 * time.Second
+	}
+	if c.ClaimTimeout < 300*time.Millisecond {
+		return fmt.Errorf("executor: ClaimTimeout %s below 300ms", c.ClaimTimeout)
+	}
+	if c.RecordFor <= 0 {
+		c.RecordFor = 2 * c.ClaimTimeout
+	}
+	if c.Group == "" {
+		c.Group = streams.DefaultExecutorGroup
+	}
+	if !streams.ValidGroup(c.Group) {
+		return fmt.Errorf("executor: group %q: %s", c.Group, streams.GroupRule)
+	}
+	for _, ws := range c.Workspaces {
+		if !events.ValidName(ws) {
+			return fmt.Errorf("executor: workspace %q is not a valid name", ws)
+		}
+	}
+	if c.Workspaces != nil && len(c.Workspaces) == 0 {
+		return errors.New("executor: Workspaces is empty: nil serves every workspace")
+	}
+	if c.Instance == "" {
+		c.Instance = NewInstance()
+	}
+	if !events.ValidInstance(c.Instance) {
+		return fmt.Errorf("executor: instance %q is not 16 lower-case hex digits", c.Instance)
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	c.Host = events.CleanHost(c.Host)
+	if c.OwnerTries <= 0 {
+		c.OwnerTries = 10
+	}
+	if c.OwnerRetryDelay <= 0 {
+		c.OwnerRetryDelay = time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// NewInstance returns a fresh instance id: 16 random hex digits.
+func NewInstance() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}

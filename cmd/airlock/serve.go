@@ -33,10 +33,10 @@ const shutdownTimeout = 30 * time.Second
 
 func newServe(g *globals) *cobra.Command {
 	var (
-		cfg      app.Config
-		fsync    string
-		logLevel string
-		wsModes  map[string]string
+		cfg        app.Config
+		fsync      string
+		logLevel   string
+		wsModes    map[string]string
 		noAuth     bool
 		liveFeed   string
 		workspaces []string

@@ -228,20 +228,10 @@ func TestServeAgainstExternalNATS(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	first := startServer(t, t.TempDir(), freePort(t), nil)
-	// The second process shares the first one's principals, as processes
-	// against one external server do.
+	// The second process shares the first one's principals and audit key,
+	// as processes against one external server do.
 	dir := t.TempDir()
-	creds := filepath.Join(dir, authority.CredsDir)
-	require.NoError(t, os.CopyFS(creds, os.DirFS(filepath.Join(first.dir, authority.CredsDir))))
-	require.NoError(t, filepath.WalkDir(creds, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return os.Chmod(path, 0o700)
-		}
-		return os.Chmod(path, 0o600)
-	}))
+	copyCreds(t, first.dir, dir)
 	second := startServer(t, dir, freePort(t), nil, "--nats-url", first.url)
 	assert.Equal(t, first.url, second.url, "the second prints the NATS it uses")
 	for i := range 10 {

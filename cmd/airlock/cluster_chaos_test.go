@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,11 +79,13 @@ func TestClusterChaos(t *testing.T) {
 	plan := chaosPlanFromEnv(t)
 	t.Logf("cluster chaos seed %d (AIRLOCK_SOAK_SEED to repeat)", plan.seed)
 	rng := rand.New(rand.NewPCG(plan.seed, 14))
-	d := newDeployment(t, 3, "--claim-timeout", "3s")
+	d := newDeployment(t, 3, "--claim-timeout", "3s", "--log-level", "info")
 	js := d.cluster.jetStream(t, d.set)
 	c := d.agent(t, producers.WithWait(3*time.Second), producers.WithPollInterval(250*time.Millisecond))
 
-	ctx, cancel := context.WithTimeout(context.Background(), plan.maxLoad+4*time.Minute)
+	// The workers retry until their op ends, or until two minutes after
+	// the load stops: an op still open then is lost.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var (
 		mu       sync.Mutex
@@ -171,7 +174,22 @@ func TestClusterChaos(t *testing.T) {
 	stopLoad.Store(true)
 	loadTook := time.Since(start)
 	faults.Wait()
+	drain := time.AfterFunc(2*time.Minute, cancel)
 	workers.Wait()
+	drain.Stop()
+	for _, id := range lost {
+		req := d.execRequest(id)
+		require.NoError(t, req.Validate())
+		_, op := req.Identity()
+		var evs []string
+		for _, e := range testenv.OpEvents(t, js, clusterWS, op) {
+			evs = append(evs, e.Short())
+		}
+		t.Logf("lost op %d %s: events %v", id, op, evs)
+		for _, line := range d.grep(op) {
+			t.Logf("  %s", line)
+		}
+	}
 
 	// Every op the workers saw end, as the stream and the marker file
 	// tell it.

@@ -41,6 +41,7 @@ type deployment struct {
 
 	mu    sync.Mutex
 	procs []*server // nil while a process is down
+	all   []*server // every process ever started, by start
 	// startFailures counts starts of serve that exited before serving.
 	startFailures int
 	kills         int
@@ -79,6 +80,7 @@ func (d *deployment) start(i int) {
 		if err == nil {
 			d.mu.Lock()
 			d.procs[i] = s
+			d.all = append(d.all, s)
 			d.mu.Unlock()
 			return
 		}
@@ -129,6 +131,22 @@ func (d *deployment) proc(i int) *server {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.procs[i]
+}
+
+// grep returns the log lines of every process ever started that contain
+// s.
+func (d *deployment) grep(s string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for i, p := range d.all {
+		for _, line := range strings.Split(p.stderr.String(), "\n") {
+			if strings.Contains(line, s) {
+				out = append(out, fmt.Sprintf("start %d (%s): %s", i, filepath.Base(p.dir), line))
+			}
+		}
+	}
+	return out
 }
 
 // stderr is every process's log, for a failure message.

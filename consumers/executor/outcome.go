@@ -48,8 +48,8 @@ func (r *Runner) record(ctx context.Context, call Call, item work, expect uint64
 	wait := 50 * time.Millisecond
 	for {
 		err := r.terminal(ctx, item, expect, typ, data, kept)
-		if err == nil {
-			return nil
+		if err == nil || errors.Is(err, errLeave) {
+			return err
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("record %s of %s (kept trying for %s): %w", typ.Short(), item.OpID, r.cfg.RecordFor, err)
@@ -80,9 +80,25 @@ func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t event
 		r.forget(ctx, item)
 		return nil
 	case errors.Is(err, oplog.ErrConflict):
-		return nil
+		return r.settledElsewhere(ctx, item)
 	}
 	return err
+}
+
+// settledElsewhere settles a delivery whose append lost to another
+// runner's, which settled the op or is settling it (a recovery that took
+// this attempt for lost): an op that has ended is acked (nil); one that
+// has not is left to the runner that holds it now (errLeave), whose own
+// delivery of the decided event settles it, and is redelivered if that
+// runner is lost too.
+func (r *Runner) settledElsewhere(ctx context.Context, item work) error {
+	last, err := oplog.Last(ctx, r.ops, item.Workspace, item.OpID)
+	if err == nil {
+		if _, ended := events.OutcomeReply(last.Data); ended {
+			return nil
+		}
+	}
+	return errLeave
 }
 
 // outcome builds the terminal event for an execution and, for completed,

@@ -151,7 +151,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 	claim.Attempt, claim.Recovers = call.Attempt, lost.Attempt
 	seq, err := r.append(ctx, item, last, events.TypeClaimed, claim)
 	if errors.Is(err, oplog.ErrConflict) {
-		return nil // another runner recovered it
+		return r.settledElsewhere(ctx, item) // another runner recovered it
 	}
 	if err != nil {
 		return err

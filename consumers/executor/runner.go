@@ -208,12 +208,16 @@ func (r *Runner) run(ctx context.Context, ex Executor, call Call, item work, cla
 	if err == nil {
 		st := &events.Started{OpHeader: hdr(item), Attempt: call.Attempt, Evidence: call.Evidence}
 		seq, serr := r.append(ctx, item, claimSeq, events.TypeStarted, st)
+		if errors.Is(serr, oplog.ErrConflict) {
+			// Either another runner took the claim over (it took this one
+			// for lost), or this very event landed and its answer was
+			// lost: the op's newest event tells.
+			seq, serr = r.startedAfterConflict(ctx, item, call.Attempt, claimSeq, log)
+			if serr != nil || seq == 0 {
+				return serr
+			}
+		}
 		switch {
-		case errors.Is(serr, oplog.ErrConflict):
-			// Another runner took the claim over (it took this one for
-			// lost): nothing ran here, and the op is its to settle.
-			log.Info("claim taken over before the call started; nothing ran", "attempt", call.Attempt)
-			return nil
 		case serr != nil:
 			// Nothing ran. Whether the started event landed is unknown;
 			// whoever settles the op next reads it, and reruns only if
@@ -234,6 +238,30 @@ func (r *Runner) run(ctx context.Context, ex Executor, call Call, item work, cla
 		return ferr
 	}
 	return r.record(ctx, call, item, expect, result, err, time.Since(start), recovered)
+}
+
+// startedAfterConflict settles a started event whose compare-and-swap was
+// reported lost. Its sequence when it is stored after all (the call then
+// runs); 0 and nil when the op has ended (the delivery is acked); errLeave
+// when another runner's recovery holds the op (it settles the delivery);
+// errNotClaimed when the read is behind (a redelivery settles it).
+func (r *Runner) startedAfterConflict(ctx context.Context, item work, attempt string, claimSeq uint64, log *slog.Logger) (uint64, error) {
+	last, err := oplog.Last(ctx, r.ops, item.Workspace, item.OpID)
+	if err != nil {
+		return 0, fmt.Errorf("%w: started: %w", errNotClaimed, err)
+	}
+	if st, ok := last.Data.(*events.Started); ok && st.Attempt == attempt {
+		return last.Seq, nil
+	}
+	if _, terminal := events.OutcomeReply(last.Data); terminal {
+		r.ended(ctx, item, last.Data)
+		return 0, nil
+	}
+	if last.Seq <= claimSeq {
+		return 0, fmt.Errorf("%w: read of %s is behind its started event", errNotClaimed, item.OpID)
+	}
+	log.Info("claim taken over before the call started; nothing ran", "attempt", attempt, "event_type", last.Type)
+	return 0, errLeave
 }
 
 // prepare asks a Preparer for its evidence and checks its size.

@@ -133,8 +133,9 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{})
 	counter := &testexec.Counter{Dir: t.TempDir()}
 	var apps []*app.App
+	dirs := testenv.DeploymentDirs(t)
 	for _, group := range []string{"left", "right"} {
-		apps = append(apps, testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
+		apps = append(apps, testenv.StartApp(t, app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
 	}
 	ctx := context.Background()
 	const ops = 60
@@ -175,9 +176,10 @@ func TestOneGroupManyProcessesNoRedelivery(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{})
 	counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: 700 * time.Millisecond}
 	var apps []*app.App
+	dirs := testenv.DeploymentDirs(t)
 	for range 2 {
 		apps = append(apps, testenv.StartApp(t, app.Config{
-			NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter},
+			DataDir: dirs(), NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter},
 			ExecWorkers: 1, ClaimTimeout: 500 * time.Millisecond,
 		}))
 	}

@@ -512,7 +512,8 @@ func waitOp(t *testing.T, a *app.App, id string) *events.Op {
 func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{})
 	counter := &testexec.Counter{Dir: t.TempDir()}
-	cfg := app.Config{NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}}
+	dirs := testenv.DeploymentDirs(t)
+	cfg := app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}}
 	a := testenv.StartApp(t, cfg)
 	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
 	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"crash":"after grant"}`)})
@@ -529,6 +530,7 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 		&events.Granted{OpHeader: events.OpHeader{OpID: held.OpID, Workspace: "review"}, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Approver: "approver", Reason: "ok"})
 	require.NoError(t, err)
 
+	cfg.DataDir = dirs() // another instance of the deployment
 	b := testenv.StartApp(t, cfg)
 	got := waitTerminal(t, b, held.OpID)
 	assert.Equal(t, events.StateCompleted, got.State)

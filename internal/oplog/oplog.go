@@ -128,8 +128,14 @@ func (p *Pending) Data() any { return p.data }
 func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, error) {
 	err := p.err
 	if err == nil {
+		// An acknowledgement lost with a node that died holding the
+		// publish never comes, and the connection, to another node, does
+		// not drop: the wait is bounded, and then resolved by reading.
+		actx, cancel := context.WithTimeout(ctx, AckTimeout)
 		var seq uint64
-		if seq, _, err = p.ack.Wait(ctx); err == nil {
+		seq, _, err = p.ack.Wait(actx)
+		cancel()
+		if err == nil {
 			return seq, nil
 		}
 	}
@@ -173,6 +179,10 @@ func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, er
 
 // resolveTimeout bounds the read-back of an append whose outcome is unknown.
 const resolveTimeout = 5 * time.Second
+
+// AckTimeout bounds the wait for an append's acknowledgement; past it the
+// append's outcome is read back from the stream.
+const AckTimeout = 10 * time.Second
 
 func unknownOutcome(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||

@@ -5,11 +5,14 @@ package testenv
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
@@ -130,4 +133,24 @@ func StaleRequestsResponder(t testing.TB, n *NATS) {
 		info, err := mirror.Info(ctx)
 		return err == nil && info.State.Msgs == 1
 	}, 10*time.Second, 10*time.Millisecond, "the mirror caught up")
+}
+
+// DeploymentDirs returns a function that makes data dirs of one
+// deployment: each new and empty but for a copy of the same audit key, as
+// an operator gives every instance of a deployment (its log is one).
+func DeploymentDirs(t testing.TB) func() string {
+	t.Helper()
+	first := t.TempDir()
+	_, _, err := audit.LoadOrCreateKey(first)
+	require.NoError(t, err)
+	return func() string {
+		t.Helper()
+		dir := t.TempDir()
+		for _, f := range []string{audit.KeyFile, audit.PubFile} {
+			b, err := os.ReadFile(filepath.Join(first, f))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+		}
+		return dir
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +52,17 @@ type deployment struct {
 // other, with --replicas 3 and the extra serve args.
 func newDeployment(t *testing.T, n int, extra ...string) *deployment {
 	t.Helper()
+	d := prepareDeployment(t, n, extra...)
+	for i := range n {
+		d.start(i)
+	}
+	return d
+}
+
+// prepareDeployment starts the cluster and makes the data dirs of n
+// Airlock processes, none of which it starts.
+func prepareDeployment(t *testing.T, n int, extra ...string) *deployment {
+	t.Helper()
 	dirs, set := clusterData(t, n)
 	d := &deployment{t: t, set: set, dirs: dirs, root: t.TempDir(), procs: make([]*server, n)}
 	d.cluster = startCluster(t, set)
@@ -59,9 +71,6 @@ func newDeployment(t *testing.T, n int, extra ...string) *deployment {
 		"tools: {exec: exec, apply_patch: write, echo: read, count: write}\ndefault_mode: auto\nworkspaces:\n  %s: {mode: auto, root: %q}\n",
 		clusterWS, d.root)), 0o600))
 	d.args = append([]string{"--nats-url", d.cluster.urls(), "--replicas", "3", "--policy", d.policy, "--metrics", "127.0.0.1:0"}, extra...)
-	for i := range n {
-		d.start(i)
-	}
 	t.Cleanup(func() {
 		for i := range d.procs {
 			d.kill(i)
@@ -72,11 +81,15 @@ func newDeployment(t *testing.T, n int, extra ...string) *deployment {
 
 // start starts process i, trying again (a start can fail while the
 // cluster has no leader) for up to two minutes.
-func (d *deployment) start(i int) {
+func (d *deployment) start(i int) { d.startWith(i, nil) }
+
+// startWith starts process i as start does, with env added to its
+// environment (a failpoint).
+func (d *deployment) startWith(i int, env []string) {
 	d.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		s, err := launchServe(d.dirs[i], d.env, d.args...)
+		s, err := launchServe(d.dirs[i], append(slices.Clone(d.env), env...), d.args...)
 		if err == nil {
 			d.mu.Lock()
 			d.procs[i] = s

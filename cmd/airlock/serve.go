@@ -101,6 +101,9 @@ func newServe(g *globals) *cobra.Command {
 			if cfg.ExecutorGroup != "" && !streams.ValidGroup(cfg.ExecutorGroup) {
 				return usageError("--executor-group %q: %s", cfg.ExecutorGroup, streams.GroupRule)
 			}
+			if cfg.OwnerWait < time.Second {
+				return usageError("--owner-wait must be at least 1s")
+			}
 			if cfg.StartTimeout <= 0 {
 				return usageError("--start-timeout must be positive")
 			}
@@ -133,6 +136,7 @@ func newServe(g *globals) *cobra.Command {
 	f.StringSliceVar(&workspaces, "workspaces", nil, "the only workspaces this process's executors serve, whose roots are on this host (needs --executor-group; every process of the group names the same); default every workspace")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", app.DefaultStartTimeout, "how long a start waits for JetStream (a cluster electing its leaders, other processes provisioning at the same moment) before it gives up")
 	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
+	f.DurationVar(&cfg.OwnerWait, "owner-wait", 10*time.Second, "how long a lost attempt that only the instance which made it can settle (its ledger is on that instance's disk) waits for that instance to come back, before another ends the op ambiguous")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML or JSON; see docs/policy.md); SIGHUP reloads it. Default: a built-in policy shaped by the three flags below")
 	f.StringToStringVar(&wsModes, "workspace-mode", nil, "permission mode of a workspace, WS=auto|confirm|locked (repeatable; anything else is locked)")

@@ -95,6 +95,10 @@ type Config struct {
 	// defaults.
 	ExecWorkers  int
 	ClaimTimeout time.Duration
+	// OwnerWait is how long a process waits for the instance that made a
+	// lost attempt, which only that instance's records can settle, to come
+	// back before it ends the op ambiguous; zero for 10s.
+	OwnerWait time.Duration
 	// ProjectorSync fsyncs every projector batch.
 	ProjectorSync bool
 	// ScrubInterval is how often the scrubber looks for terminal ops
@@ -346,7 +350,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	runner, err := executor.NewRunner(executor.Config{
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
 		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Workspaces: cfg.ExecutorWorkspaces,
-		Instance: a.Instance, Logger: cfg.Logger, Handoff: args,
+		Instance: a.Instance, Logger: cfg.Logger, Handoff: args, OwnerTries: ownerTries(cfg.OwnerWait),
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
@@ -70,4 +71,13 @@ func localServes(reg *executor.Registry, workspaces []string) func(ws, tool stri
 		}
 		return workspaces == nil || slices.Contains(workspaces, ws)
 	}
+}
+
+// ownerTries is how many redeliveries, a second apart, make up wait; zero
+// keeps the runner's default.
+func ownerTries(wait time.Duration) int {
+	if wait <= 0 {
+		return 0
+	}
+	return max(1, int((wait+time.Second-1)/time.Second))
 }

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/failpoint"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// instanceOf is the instance id of a data dir.
+func instanceOf(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, app.InstanceFile))
+	require.NoError(t, err)
+	return strings.TrimSpace(string(b))
+}
+
+// opEvents reads every event of op, decoded.
+func opEvents(t *testing.T, js jetstream.JetStream, op string) []*oplog.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	var out []*oplog.Event
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(clusterWS, op)}})
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	if info.NumPending == 0 {
+		return nil
+	}
+	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		ev, err := oplog.Decode(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
+		require.NoError(t, err)
+		out = append(out, ev)
+	}
+	require.NoError(t, batch.Error())
+	return out
+}
+
+// typesOf lists the events' verbs.
+func typesOf(evs []*oplog.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type.Short())
+	}
+	return out
+}
+
+// submitUntilEnd submits req until it ends, within a deadline.
+func submitUntilEnd(t *testing.T, c *producers.Client, req events.Request, within time.Duration) producers.Outcome {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		out, err := c.Submit(ctx, req)
+		if err == nil && out.Terminal() {
+			return out
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("op did not end within %s: %+v %v", within, out, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// submitOnce publishes req and returns its op id, without waiting.
+func submitOnce(t *testing.T, c *producers.Client, req events.Request) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	return out.OpID
+}
+
+// waitFor polls cond until it holds, within d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, d, 50*time.Millisecond, what)
+}
+
+// An Airlock process killed at each point of an exec, with the op then
+// settled by another process of the deployment that has none of the dead
+// one's files: after the claim it runs again; once started, it never runs
+// again, and only the dead process, back, can say it completed.
+func TestClusterAirlockKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	const claimTimeout = "2s"
+	t.Run("after the claim", func(t *testing.T) {
+		d := prepareDeployment(t, 2, "--claim-timeout", claimTimeout, "--log-level", "info")
+		js := d.cluster.jetStream(t, d.set)
+		d.startWith(0, []string{failpoint.EnvVar + "=" + failpoint.AfterClaim + ":exec"})
+		c := d.agent(t, producers.WithWait(time.Second))
+		op := submitOnce(t, c, d.execRequest(1))
+		waitFor(t, 30*time.Second, "the claimed process dies", func() bool { return d.procExited(0) })
+		d.start(1)
+		out := submitUntilEnd(t, c, d.execRequest(1), time.Minute)
+		assert.Equal(t, events.StateCompleted, out.State, out.Message)
+		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
+		evs := opEvents(t, js, op)
+		assert.Equal(t, []string{"decided", "claimed", "claimed", "started", "completed"}, typesOf(evs))
+		rerun := evs[2].Data.(*events.Claimed)
+		assert.Equal(t, evs[1].Data.(*events.Claimed).Attempt, rerun.Recovers)
+		assert.Equal(t, instanceOf(t, d.dirs[1]), rerun.Instance, "the other process ran it")
+		assert.Empty(t, ledgerLeft(t, d.dirs[1]))
+	})
+	t.Run("after the spawn", func(t *testing.T) {
+		d := prepareDeployment(t, 2, "--claim-timeout", claimTimeout, "--owner-wait", "5s", "--log-level", "info")
+		js := d.cluster.jetStream(t, d.set)
+		d.start(0)
+		c := d.agent(t, producers.WithWait(time.Second))
+		req := d.slowExecRequest(2, 30)
+		op := submitOnce(t, c, req)
+		waitFor(t, 30*time.Second, "the exec ran", func() bool { return d.markerCounts(t)[2] == 1 })
+		d.kill(0) // while the command runs
+		d.start(1)
+		out := submitUntilEnd(t, c, req, 2*time.Minute)
+		assert.Equal(t, events.StateAmbiguous, out.State, out.Message)
+		assert.Equal(t, events.CodeAmbiguous, out.Code)
+		evs := opEvents(t, js, op)
+		assert.Equal(t, []string{"decided", "claimed", "started", "ambiguous"}, typesOf(evs))
+		amb := evs[3].Data.(*events.Ambiguous)
+		host, _ := os.Hostname()
+		assert.Equal(t, instanceOf(t, d.dirs[0]), amb.Instance, "names the instance that held the attempt")
+		assert.Equal(t, events.CleanHost(host), amb.Host)
+		assert.Contains(t, amb.Known, "instance "+amb.Instance+" on host ")
+		assert.Contains(t, amb.Known, "never run again")
+		assert.Equal(t, map[int]int{2: 1}, d.markerCounts(t), "never spawned again")
+		// The dead process's ledger goes once it is back.
+		d.start(0)
+		waitFor(t, time.Minute, "the ended op's ledger is swept", func() bool { return len(ledgerLeft(t, d.dirs[0])) == 0 })
+	})
+	t.Run("after the effect", func(t *testing.T) {
+		// Long enough for the dead process to come back.
+		d := prepareDeployment(t, 2, "--claim-timeout", claimTimeout, "--owner-wait", "2m", "--log-level", "info")
+		js := d.cluster.jetStream(t, d.set)
+		d.startWith(0, []string{failpoint.EnvVar + "=" + failpoint.AfterEffect + ":exec"})
+		c := d.agent(t, producers.WithWait(time.Second))
+		op := submitOnce(t, c, d.execRequest(3))
+		waitFor(t, 30*time.Second, "the process dies after the effect", func() bool { return d.procExited(0) })
+		d.start(1)
+		// The other process can tell nothing from its own files: it waits
+		// for the one that made the attempt.
+		waitFor(t, time.Minute, "the other process defers to the owner", func() bool {
+			return len(d.grep("left to its own instance")) > 0
+		})
+		d.start(0) // back, without the failpoint: its ledger has the exit
+		out := submitUntilEnd(t, c, d.execRequest(3), 2*time.Minute)
+		assert.Equal(t, events.StateCompleted, out.State, out.Message)
+		assert.Equal(t, map[int]int{3: 1}, d.markerCounts(t))
+		evs := opEvents(t, js, op)
+		assert.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(evs))
+		done := evs[3].Data.(*events.Completed)
+		assert.True(t, done.Recovered)
+		assert.Equal(t, evs[1].Data.(*events.Claimed).Attempt, done.Attempt, "the lost attempt's own outcome")
+		waitFor(t, time.Minute, "no ledger left", func() bool {
+			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
+		})
+	})
+}
+
+// The ops stream's leader node killed while an exec runs, so that its
+// outcome is appended during the election, and right after its outcome is
+// stored: the op completes once, with its one marker line.
+func TestClusterLeaderKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	t.Run("before the outcome append", func(t *testing.T) {
+		d := newDeployment(t, 2, "--claim-timeout", "3s")
+		js := d.cluster.jetStream(t, d.set)
+		c := d.agent(t, producers.WithWait(time.Second))
+		req := d.slowExecRequest(1, 2)
+		op := submitOnce(t, c, req)
+		waitFor(t, 30*time.Second, "the exec runs", func() bool { return d.markerCounts(t)[1] == 1 })
+		node := d.cluster.node(leader(js, streams.Ops))
+		require.NotNil(t, node, "the ops stream has a leader")
+		node.kill()
+		out := submitUntilEnd(t, c, req, 2*time.Minute)
+		node.start(t)
+		assert.Equal(t, events.StateCompleted, out.State, out.Message)
+		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
+		assert.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(opEvents(t, js, op)))
+	})
+	t.Run("after the outcome append", func(t *testing.T) {
+		d := prepareDeployment(t, 2, "--claim-timeout", "3s")
+		js := d.cluster.jetStream(t, d.set)
+		pause := []string{failpoint.EnvVar + "=" + failpoint.AfterResult + ":exec=pause:4s"}
+		d.startWith(0, pause)
+		d.startWith(1, pause)
+		c := d.agent(t, producers.WithWait(time.Second))
+		req := d.execRequest(2)
+		op := submitOnce(t, c, req)
+		ops, err := js.Stream(context.Background(), streams.Ops)
+		require.NoError(t, err)
+		waitFor(t, 30*time.Second, "the outcome is stored", func() bool {
+			last, err := oplog.Last(context.Background(), ops, clusterWS, op)
+			return err == nil && last.Type == events.TypeCompleted
+		})
+		node := d.cluster.node(leader(js, streams.Ops))
+		require.NotNil(t, node)
+		node.kill() // before the process acks the decided event
+		out := submitUntilEnd(t, c, req, 2*time.Minute)
+		node.start(t)
+		assert.Equal(t, events.StateCompleted, out.State, out.Message)
+		assert.Equal(t, map[int]int{2: 1}, d.markerCounts(t))
+		// A redelivery after the lost ack finds the op ended.
+		time.Sleep(4 * time.Second)
+		assert.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(opEvents(t, js, op)))
+		waitFor(t, time.Minute, "no ledger left", func() bool {
+			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
+		})
+	})
+}
+
+// Three processes started at the same moment on a cluster that has never
+// held Airlock's streams all come up: provisioning waits for the meta
+// leader and for each other, within the start deadline.
+func TestClusterProcessesStartTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	d := prepareDeployment(t, 3)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			s, err := launchServe(d.dirs[i], nil, d.args...)
+			if err == nil {
+				d.mu.Lock()
+				d.procs[i] = s
+				d.all = append(d.all, s)
+				d.mu.Unlock()
+			}
+			errs <- err
+		}()
+	}
+	for range 3 {
+		assert.NoError(t, <-errs)
+	}
+	c := d.agent(t, producers.WithWait(10*time.Second))
+	out := submitUntilEnd(t, c, d.execRequest(1), time.Minute)
+	assert.Equal(t, events.StateCompleted, out.State)
+	// The policy all three loaded is recorded once.
+	js := d.cluster.jetStream(t, d.set)
+	st, err := js.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(events.PolicySubject))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), info.State.Subjects[events.PolicySubject], "one policy.loaded for three gates starting with one policy")
+	for i := range 3 {
+		assert.NotContains(t, d.proc(i).stderr.String(), `"level":"ERROR"`)
+	}
+}
+
+// slowExecRequest is op id's exec request that appends id to the marker
+// file and then sleeps for secs seconds.
+func (d *deployment) slowExecRequest(id, secs int) events.Request {
+	r := d.execRequest(id)
+	r.Args = []byte(fmt.Sprintf(`{"argv":["/bin/sh","-c","echo %d >> %s; sleep %d"],"timeout_ms":%d}`, id, d.marker(), secs, (secs+30)*1000))
+	return r
+}
+
+// procExited reports whether process i has exited on its own.
+func (d *deployment) procExited(i int) bool {
+	s := d.proc(i)
+	if s == nil {
+		return true
+	}
+	select {
+	case <-s.done:
+		d.mu.Lock()
+		d.procs[i] = nil
+		d.mu.Unlock()
+		return true
+	default:
+		return false
+	}
+}

@@ -273,8 +273,13 @@ func (p *Projector) Run(ctx context.Context) error {
 			case err := <-readErr:
 				return fmt.Errorf("projector: read: %w", err)
 			default:
-				return nil
 			}
+			if ctx.Err() != nil {
+				// The reader stopped because the projector is stopping:
+				// a clean stop signs the tail all the same.
+				return p.finalCheckpoint(ctx)
+			}
+			return nil
 		}
 		b := p.cfg.Store.NewBatch()
 		n := 0
@@ -316,7 +321,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		if lingering {
 			linger.Stop() // no stale tick is delivered after Stop (Go 1.23)
 		}
-		if err := p.commit(ctx, b, int64(n)); err != nil {
+		if err := p.commit(ctx, b, int64(n), false); err != nil {
 			return err
 		}
 		lastCommit = time.Now()
@@ -324,14 +329,15 @@ func (p *Projector) Run(ctx context.Context) error {
 }
 
 // commit writes a batch that added leaves leaves, with a checkpoint when
-// one is due, and publishes the checkpoint.
-func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64) error {
+// one is due (or, with sign, whenever leaves are unsigned), and publishes
+// the checkpoint.
+func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64, sign bool) error {
 	if p.unsigned == 0 && leaves > 0 {
 		p.since = time.Now()
 	}
 	p.unsigned += leaves
 	due := p.cfg.AuditKey != nil && p.unsigned > 0 &&
-		(p.unsigned >= int64(p.cfg.CheckpointEvery) || time.Since(p.since) >= p.cfg.CheckpointInterval)
+		(sign || p.unsigned >= int64(p.cfg.CheckpointEvery) || time.Since(p.since) >= p.cfg.CheckpointInterval)
 	var cp *audit.Checkpoint
 	if due {
 		var err error
@@ -382,7 +388,7 @@ func (p *Projector) idleCheckpoint(ctx context.Context) error {
 	if p.cfg.AuditKey == nil || p.unsigned == 0 || time.Since(p.since) < p.cfg.CheckpointInterval {
 		return p.publishLatest(ctx) // one that failed to publish before
 	}
-	return p.commit(ctx, p.cfg.Store.NewBatch(), 0)
+	return p.commit(ctx, p.cfg.Store.NewBatch(), 0, false)
 }
 
 // finalCheckpoint signs the leaves still unsigned when the projector
@@ -393,7 +399,7 @@ func (p *Projector) finalCheckpoint(ctx context.Context) error {
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if err := p.commit(fctx, p.cfg.Store.NewBatch(), 0); err != nil {
+	if err := p.commit(fctx, p.cfg.Store.NewBatch(), 0, true); err != nil {
 		if p.unsigned != 0 {
 			return err // not even stored
 		}

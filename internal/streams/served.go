@@ -22,15 +22,12 @@ type Served struct {
 	mu      sync.Mutex
 	filters []string // of the executor consumers, as last listed
 	loaded  time.Time
-	tried   time.Time
 }
 
-// Served's timings: a list is reused for ServedMaxAge; a miss lists again,
-// at most once per ServedRetry.
-const (
-	ServedMaxAge = 5 * time.Second
-	ServedRetry  = 250 * time.Millisecond
-)
+// ServedMaxAge is how long a list of the consumers answers for what it
+// has; a tool and workspace it lacks are always looked for again, so that
+// a denial never rests on an old list.
+const ServedMaxAge = 5 * time.Second
 
 // NewServed returns a directory that lists AIRLOCK_OPS's consumers with js.
 func NewServed(js jetstream.JetStream, log *slog.Logger) *Served {
@@ -38,9 +35,9 @@ func NewServed(js jetstream.JetStream, log *slog.Logger) *Served {
 }
 
 // Serves reports whether some executor group takes tool's decided events
-// in workspace ws. When the consumers cannot be listed and never were, it
-// says yes: the op then waits for an executor, which is safe, rather than
-// being denied for a transient fault.
+// in workspace ws. A no is always from a list read just now; when the
+// consumers cannot be listed it says yes: the op then waits for an
+// executor, which is safe, rather than being denied for a transient fault.
 func (s *Served) Serves(ctx context.Context, ws, tool string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -48,14 +45,11 @@ func (s *Served) Serves(ctx context.Context, ws, tool string) bool {
 	if fresh && s.match(ws, tool) {
 		return true
 	}
-	if time.Since(s.tried) >= ServedRetry || s.loaded.IsZero() {
-		s.tried = time.Now()
-		if err := s.load(ctx); err != nil {
-			s.log.Warn("listing the executor consumers", "err", err)
-			if s.loaded.IsZero() {
-				return true
-			}
-		}
+	if err := s.load(ctx); err != nil {
+		// The op then waits for an executor rather than being denied on
+		// a list that may be old.
+		s.log.Warn("listing the executor consumers", "err", err)
+		return true
 	}
 	return s.match(ws, tool)
 }

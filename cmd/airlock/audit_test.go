@@ -30,7 +30,7 @@ type verifyJSON struct {
 	CheckpointSize int64  `json:"checkpoint_size"`
 }
 
-func auditVerify(t *testing.T, args ...string) (verifyJSON, int, string) {
+func auditVerify(t testing.TB, args ...string) (verifyJSON, int, string) {
 	t.Helper()
 	out, errOut, code := run(t, append([]string{"audit", "verify", "--json"}, args...)...)
 	var v verifyJSON

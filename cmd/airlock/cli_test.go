@@ -21,7 +21,7 @@ import (
 )
 
 // run runs the airlock binary and returns stdout, stderr and the exit code.
-func run(t *testing.T, args ...string) (string, string, int) {
+func run(t testing.TB, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -31,7 +31,7 @@ const clusterWS = "cluster"
 // deployment is a three-node NATS cluster and n `airlock serve` processes
 // on it, each with its own data dir, as deploy/README.md runs them.
 type deployment struct {
-	t       *testing.T
+	t       testing.TB
 	cluster *natsCluster
 	set     *authority.Set
 	dirs    []string
@@ -50,7 +50,7 @@ type deployment struct {
 
 // newDeployment starts the cluster and n Airlock processes, one after the
 // other, with --replicas 3 and the extra serve args.
-func newDeployment(t *testing.T, n int, extra ...string) *deployment {
+func newDeployment(t testing.TB, n int, extra ...string) *deployment {
 	t.Helper()
 	d := prepareDeployment(t, n, extra...)
 	for i := range n {
@@ -61,7 +61,7 @@ func newDeployment(t *testing.T, n int, extra ...string) *deployment {
 
 // prepareDeployment starts the cluster and makes the data dirs of n
 // Airlock processes, none of which it starts.
-func prepareDeployment(t *testing.T, n int, extra ...string) *deployment {
+func prepareDeployment(t testing.TB, n int, extra ...string) *deployment {
 	t.Helper()
 	dirs, set := clusterData(t, n)
 	d := &deployment{t: t, set: set, dirs: dirs, root: t.TempDir(), procs: make([]*server, n)}
@@ -108,17 +108,38 @@ func (d *deployment) startWith(i int, env []string) {
 	}
 }
 
-// kill SIGKILLs process i, if it runs.
+// kill SIGKILLs process i, if it runs. A process that had already
+// exited on its own is a failure of the test.
 func (d *deployment) kill(i int) {
 	d.mu.Lock()
 	s := d.procs[i]
 	d.procs[i] = nil
 	d.mu.Unlock()
-	if s != nil {
-		s.kill()
-		d.mu.Lock()
-		d.kills++
-		d.mu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.done:
+		d.t.Errorf("airlock %d exited on its own: %s", i, tail(s.stderr.String(), 4000))
+	default:
+	}
+	s.kill()
+	d.mu.Lock()
+	d.kills++
+	d.mu.Unlock()
+}
+
+// checkAlive fails the test for every process that exited on its own.
+func (d *deployment) checkAlive() {
+	d.t.Helper()
+	for i := range d.procs {
+		if s := d.proc(i); s != nil {
+			select {
+			case <-s.done:
+				d.t.Errorf("airlock %d exited on its own: %s", i, tail(s.stderr.String(), 4000))
+			default:
+			}
+		}
 	}
 }
 
@@ -184,7 +205,7 @@ func tail(s string, n int) string {
 
 // agent is a client of the deployment as the agent principal, connected
 // to every node and reconnecting for ever.
-func (d *deployment) agent(t *testing.T, opts ...producers.Option) *producers.Client {
+func (d *deployment) agent(t testing.TB, opts ...producers.Option) *producers.Client {
 	t.Helper()
 	opt, err := authority.ConnectOption(d.set.CredsPath("agent"))
 	require.NoError(t, err)
@@ -207,7 +228,7 @@ func (d *deployment) execRequest(id int) events.Request {
 }
 
 // markerCounts counts the marker lines of each id.
-func (d *deployment) markerCounts(t *testing.T) map[int]int {
+func (d *deployment) markerCounts(t testing.TB) map[int]int {
 	t.Helper()
 	counts := map[int]int{}
 	f, err := os.Open(d.marker())
@@ -246,7 +267,7 @@ func appliedSeq(s *server) (uint64, error) {
 
 // waitCaughtUp waits until every running process's projector has applied
 // the whole ops stream, and the stream stays still for a moment.
-func (d *deployment) waitCaughtUp(t *testing.T, js jetstream.JetStream) uint64 {
+func (d *deployment) waitCaughtUp(t testing.TB, js jetstream.JetStream) uint64 {
 	t.Helper()
 	var last uint64
 	require.Eventually(t, func() bool {
@@ -280,7 +301,7 @@ type opTally struct {
 
 // tallyOps reads every op event of the workspace once and counts each op's
 // terminal events.
-func tallyOps(t *testing.T, js jetstream.JetStream) map[string]*opTally {
+func tallyOps(t testing.TB, js jetstream.JetStream) map[string]*opTally {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -319,8 +340,9 @@ func tallyOps(t *testing.T, js jetstream.JetStream) map[string]*opTally {
 
 // verifyAll stops every process cleanly and runs `audit verify` on each
 // data dir: each must be sound, and all must be one log.
-func (d *deployment) verifyAll(t *testing.T) []verifyJSON {
+func (d *deployment) verifyAll(t testing.TB) []verifyJSON {
 	t.Helper()
+	d.checkAlive()
 	for i := range d.procs {
 		d.stop(i)
 	}

@@ -58,20 +58,20 @@ type natsNode struct {
 
 // natsCluster is the three nodes of deploy/cluster, on loopback.
 type natsCluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*natsNode
 }
 
 // rewrite replaces old by new in s exactly once, or fails: a node file
 // that no longer says what the test rewrites is a test to update.
-func rewrite(t *testing.T, s, old, new string) string {
+func rewrite(t testing.TB, s, old, new string) string {
 	t.Helper()
 	require.Equal(t, 1, strings.Count(s, old), "deploy/cluster: %q should appear once", old)
 	return strings.Replace(s, old, new, 1)
 }
 
 // freePortN returns a loopback port nothing listened on a moment ago.
-func freePortN(t *testing.T) int {
+func freePortN(t testing.TB) int {
 	t.Helper()
 	addr := freePort(t)
 	_, p, err := net.SplitHostPort(addr)
@@ -84,7 +84,7 @@ func freePortN(t *testing.T) int {
 // startCluster starts deploy/cluster's three nodes as nats-server
 // processes, with the accounts of set in place of the example ones, and
 // waits for JetStream to answer.
-func startCluster(t *testing.T, set *authority.Set) *natsCluster {
+func startCluster(t testing.TB, set *authority.Set) *natsCluster {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, set.WriteServerConfig(filepath.Join(dir, "accounts.conf")))
@@ -123,7 +123,7 @@ func startCluster(t *testing.T, set *authority.Set) *natsCluster {
 }
 
 // start runs the node and waits until it accepts connections.
-func (n *natsNode) start(t *testing.T) {
+func (n *natsNode) start(t testing.TB) {
 	t.Helper()
 	bin, err := natsServerBinary()
 	require.NoError(t, err)
@@ -194,7 +194,7 @@ func (c *natsCluster) node(name string) *natsNode {
 }
 
 // waitJetStream waits until the cluster has a JetStream meta leader.
-func (c *natsCluster) waitJetStream(t *testing.T, set *authority.Set) {
+func (c *natsCluster) waitJetStream(t testing.TB, set *authority.Set) {
 	t.Helper()
 	js := c.jetStream(t, set)
 	require.Eventually(t, func() bool {
@@ -206,7 +206,7 @@ func (c *natsCluster) waitJetStream(t *testing.T, set *authority.Set) {
 }
 
 // jetStream connects to the cluster as Airlock's own principal.
-func (c *natsCluster) jetStream(t *testing.T, set *authority.Set) jetstream.JetStream {
+func (c *natsCluster) jetStream(t testing.TB, set *authority.Set) jetstream.JetStream {
 	t.Helper()
 	opt, err := authority.ConnectOption(set.CredsPath(authority.ServiceName))
 	require.NoError(t, err)
@@ -237,7 +237,7 @@ func leader(js jetstream.JetStream, stream string) string {
 // the first holds the principals and the audit key, as its first start
 // makes them, the others a copy of its creds/ directory and audit key, as
 // deploy/README.md says.
-func clusterData(t *testing.T, n int) ([]string, *authority.Set) {
+func clusterData(t testing.TB, n int) ([]string, *authority.Set) {
 	t.Helper()
 	dirs := []string{t.TempDir()}
 	set, err := authority.Ensure(dirs[0])
@@ -254,7 +254,7 @@ func clusterData(t *testing.T, n int) ([]string, *authority.Set) {
 
 // copyCreds copies from's creds/ directory and audit key into to, with
 // their modes.
-func copyCreds(t *testing.T, from, to string) {
+func copyCreds(t testing.TB, from, to string) {
 	t.Helper()
 	for _, f := range []string{audit.KeyFile, audit.PubFile} {
 		b, err := os.ReadFile(filepath.Join(from, f))
@@ -325,7 +325,7 @@ func launchServe(dir string, env []string, args ...string) (*server, error) {
 }
 
 // ledgerLeft lists the per-op ledger entries left in a data dir.
-func ledgerLeft(t *testing.T, dir string) []string {
+func ledgerLeft(t testing.TB, dir string) []string {
 	t.Helper()
 	var left []string
 	for _, tool := range []string{"exec", "patch"} {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -121,7 +122,7 @@ func (g *Gate) watchModes(ctx context.Context, from uint64) error {
 		if ms, ok := data.(*events.ModeSet); err == nil && ok {
 			g.modes.set(ms, md.Sequence.Stream)
 		}
-	})
+	}, jetstream.PullExpiry(streams.PullExpiry))
 	if err != nil {
 		return fmt.Errorf("gate: watch mode controls: %w", err)
 	}

@@ -194,6 +194,33 @@ func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
 // Run applies messages until ctx ends. It returns nil when ctx ends and an
 // error when the store or the stream fails.
 func (p *Projector) Run(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := p.run(ctx)
+		var re *readError
+		if !errors.As(err, &re) || ctx.Err() != nil {
+			return err
+		}
+		// The stream could not be read (its leader lost, an ordered
+		// consumer that could not be made again): read again from the
+		// last applied message.
+		p.cfg.Logger.Warn("projector: reading the stream failed; reading again", "applied", p.applied.Load(), "err", re.err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return p.finalCheckpoint(ctx)
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// readError is a failure to read the stream, after which Run reads again.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "projector: read: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+func (p *Projector) run(ctx context.Context) error {
 	// Requests live in their own stream: they are folded through the op's
 	// first event, which carries their digest, so the projector never
 	// reads argument plaintext.
@@ -214,7 +241,7 @@ func (p *Projector) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("projector: consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * p.cfg.MaxBatch))
+	it, err := cons.Messages(jetstream.PullMaxMessages(2*p.cfg.MaxBatch), jetstream.PullExpiry(streams.PullExpiry))
 	if err != nil {
 		return fmt.Errorf("projector: messages: %w", err)
 	}
@@ -271,7 +298,7 @@ func (p *Projector) Run(ctx context.Context) error {
 		if !ok {
 			select {
 			case err := <-readErr:
-				return fmt.Errorf("projector: read: %w", err)
+				return &readError{err}
 			default:
 			}
 			if ctx.Err() != nil {

@@ -182,7 +182,7 @@ const resolveTimeout = 5 * time.Second
 
 // AckTimeout bounds the wait for an append's acknowledgement; past it the
 // append's outcome is read back from the stream.
-const AckTimeout = 10 * time.Second
+const AckTimeout = 5 * time.Second
 
 func unknownOutcome(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||

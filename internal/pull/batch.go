@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 )
@@ -36,7 +37,10 @@ type Config struct {
 // many messages; when idle a single message goes through at once. It
 // returns when ctx ends, after the handlers finish their batches.
 func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHandler) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(cfg.Loops * cfg.Max))
+	it, err := cons.Messages(jetstream.PullMaxMessages(cfg.Loops*cfg.Max), jetstream.PullExpiry(streams.PullExpiry),
+		// Missed heartbeats (a consumer leader lost) make the iterator
+		// pull again, from the new leader, and are no error.
+		jetstream.WithMessagesErrOnMissingHeartbeat(false))
 	if err != nil {
 		return fmt.Errorf("pull: %w", err)
 	}

@@ -93,3 +93,11 @@ func Open(ctx context.Context, js jetstream.JetStream, log *slog.Logger, name st
 	})
 	return st, err
 }
+
+// PullExpiry is how long a pull request of Airlock's consumers lasts
+// before it is made again; its heartbeats come every half of it, and two
+// missed ones make the client pull again. The client's default, 30 s,
+// leaves a consumer whose leader node was lost without deliveries for up
+// to 30 s; 5 s bounds that to about 5 s, for a new request every 5 s
+// while idle.
+const PullExpiry = 5 * time.Second

@@ -153,7 +153,7 @@ index otherwise.`,
 	f.StringVar(&savePath, "save-checkpoint", "", "when the log is sound, write its newest checkpoint here (the next run's --trusted-checkpoint)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.BoolVar(&remote, "remote", false, "read the log from the server at --server instead of the data dir")
-	f.BoolVar(&fromJetStream, "jetstream-checkpoint", false, "also check against the newest checkpoint JetStream keeps for this log (at --server)")
+	f.BoolVar(&fromJetStream, "jetstream-checkpoint", false, "also check against the checkpoints JetStream keeps for this log (at --server): this data dir's newest, and the deployment's when the log reaches it")
 	return cmd
 }
 

@@ -28,32 +28,59 @@ func instanceOf(t *testing.T, dir string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// opEvents reads every event of op, decoded.
+// opEvents reads every event of op, decoded, trying again for a while
+// when the cluster is still settling (a node just restarted).
 func opEvents(t *testing.T, js jetstream.JetStream, op string) []*oplog.Event {
 	t.Helper()
+	var out []*oplog.Event
+	var err error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if out, err = readOpEvents(js, op); err == nil {
+			return out
+		}
+	}
+	require.NoError(t, err, "reading the events of %s", op)
+	return nil
+}
+
+func readOpEvents(js jetstream.JetStream, op string) ([]*oplog.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, streams.Ops)
-	require.NoError(t, err)
-	var out []*oplog.Event
+	if err != nil {
+		return nil, err
+	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(clusterWS, op)}})
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	if info.NumPending == 0 {
-		return nil
+	if err != nil || info.NumPending == 0 {
+		return nil, err
 	}
 	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
+	var out []*oplog.Event
 	for m := range batch.Messages() {
 		md, err := m.Metadata()
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		ev, err := oplog.Decode(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
-		require.NoError(t, err)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, ev)
 	}
-	require.NoError(t, batch.Error())
-	return out
+	if err := batch.Error(); err != nil {
+		return nil, err
+	}
+	if uint64(len(out)) != info.NumPending {
+		return nil, fmt.Errorf("read %d of %d events", len(out), info.NumPending)
+	}
+	return out, nil
 }
 
 // typesOf lists the events' verbs.

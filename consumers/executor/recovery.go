@@ -118,15 +118,20 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 	}
 	log := j.log.With("attempt", lost.Attempt, "instance", lost.Instance, "host", lost.Host)
 	rec := Recovery{Action: Rerun}
-	if started != nil {
-		lost.StartedAt = started.Time
-		lost.Evidence = started.Data.(*events.Started).Evidence
+	// A claim that names no instance was made by a version that wrote no
+	// started events: its attempt may have run, and by any instance.
+	inDoubt := started != nil || c.Instance == ""
+	if inDoubt {
+		if started != nil {
+			lost.StartedAt = started.Time
+			lost.Evidence = started.Data.(*events.Started).Evidence
+		}
 		var err error
 		if rec, err = ex.Recover(ctx, call, lost); err != nil {
 			return fmt.Errorf("recover %s: %w", item.OpID, err)
 		}
 	}
-	log.Info("recovering lost attempt", "started", started != nil, "own", lost.Own, "action", rec.Action)
+	log.Info("recovering lost attempt", "started", started != nil, "in_doubt", inDoubt, "own", lost.Own, "action", rec.Action)
 	switch rec.Action {
 	case Defer:
 		if !lost.Own && j.d.n < c.Delivery+1+uint64(r.cfg.OwnerTries) {
@@ -138,7 +143,7 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 			Known: describeLost(lost) + ": " + rec.Known, Instance: lost.Instance, Host: lost.Host}
 		return r.terminal(ctx, item, last, events.TypeAmbiguous, amb, nil)
 	case Done:
-		if started == nil {
+		if !inDoubt {
 			return fmt.Errorf("recover %s: Done for an attempt that never started", item.OpID)
 		}
 		call.Attempt = lost.Attempt

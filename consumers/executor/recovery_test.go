@@ -264,3 +264,20 @@ func TestRequestReadBehindAReplicaRuns(t *testing.T) {
 		}
 	}
 }
+
+// A lost claim written by a version without started events names no
+// instance: its attempt may have run anywhere, so the executor judges it
+// as another instance's started attempt, and a Defer ends ambiguous.
+func TestLostClaimOfAnEarlierVersionIsInDoubt(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	op, _ := lostClaim(t, n, "", false)
+	ex := &scripted{recovery: executor.Recovery{Action: executor.Defer, Known: "no record here"}}
+	runRunner(t, n, ex)
+	last := lastEvent(t, n.JetStream, op)
+	assert.Equal(t, events.TypeAmbiguous, last.Type)
+	assert.Zero(t, ex.runs.Load(), "never run again")
+	lost := ex.lost.Load()
+	require.NotNil(t, lost)
+	assert.False(t, lost.Own)
+	assert.True(t, lost.StartedAt.IsZero())
+}

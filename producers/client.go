@@ -391,19 +391,34 @@ func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
 	}
 }
 
+// eventsStream is the ops stream's handle, looked up once. The lookup is a
+// JetStream API request, made without the client's lock (a cluster
+// electing a leader can leave it unanswered for seconds, and every other
+// Submit needs the lock) and bounded by streamLookupTimeout.
 func (c *Client) eventsStream(ctx context.Context) (jetstream.Stream, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.stream != nil {
-		return c.stream, nil
+	st := c.stream
+	c.mu.Unlock()
+	if st != nil {
+		return st, nil
 	}
-	st, err := c.js.Stream(ctx, streams.Ops)
+	lctx, cancel := context.WithTimeout(ctx, streamLookupTimeout)
+	defer cancel()
+	st, err := c.js.Stream(lctx, streams.Ops)
 	if err != nil {
 		return nil, err
 	}
-	c.stream = st
-	return st, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stream == nil {
+		c.stream = st
+	}
+	return c.stream, nil
 }
+
+// streamLookupTimeout bounds one lookup of the ops stream; a wait polls
+// again at its next tick.
+const streamLookupTimeout = 5 * time.Second
 
 // watch registers a waiter for op's replies.
 func (c *Client) watch(opID string) *waiter {

@@ -40,6 +40,7 @@ type load struct {
 	perSec   []int
 	failures atomic.Int64
 	why      []string // the first failures, for the report
+	inFlight sync.Map // op id -> time its submit began
 }
 
 func runLoad(b *testing.B, c *producers.Client, tag string, stop <-chan struct{}) *load {
@@ -60,10 +61,13 @@ func runLoad(b *testing.B, c *producers.Client, tag string, stop <-chan struct{}
 				i := next.Add(1)
 				req := events.Request{Workspace: "bench", Agent: "agent", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"run":%q,"i":%d}`, tag, i))}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				_, opID := req.Identity()
+				l.inFlight.Store(opID, time.Now())
 				out, err := c.Submit(ctx, req)
 				for err == nil && !out.Terminal() && ctx.Err() == nil {
 					out, err = c.Submit(ctx, req)
 				}
+				l.inFlight.Delete(opID)
 				cancel()
 				if err != nil || out.State != events.StateCompleted {
 					l.failures.Add(1)

@@ -245,6 +245,22 @@ func TestClusterChaos(t *testing.T) {
 		assert.Equal(t, logs[0].Origin, v.Origin, "data dir %d's log origin", i+1)
 		assert.Equal(t, logs[0].Size, v.Size, "data dir %d's log size", i+1)
 		assert.Equal(t, logs[0].Root, v.Root, "data dir %d's log root", i+1)
+		assert.Equal(t, logs[0].CheckpointSize, v.CheckpointSize, "data dir %d's newest checkpoint", i+1)
+	}
+	// And the same proof of an op from every data dir.
+	for id, out := range outcomes {
+		if out.State != events.StateCompleted {
+			continue
+		}
+		var proofs []string
+		for _, dir := range d.dirs {
+			stdout, stderr, code := run(t, "audit", "prove", out.OpID, "--data", dir)
+			require.Equal(t, 0, code, "prove op %d from %s: %s", id, dir, stderr)
+			proofs = append(proofs, stdout)
+		}
+		assert.Equal(t, proofs[0], proofs[1], "the proofs of op %d from two data dirs", id)
+		assert.Equal(t, proofs[0], proofs[2], "the proofs of op %d from two data dirs", id)
+		break
 	}
 
 	summary := fmt.Sprintf("cluster chaos: %d ops in %s, kills: %d airlock, %d nats (%d of the ops stream leader); "+

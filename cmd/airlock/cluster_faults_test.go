@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +38,7 @@ func opEvents(t *testing.T, js jetstream.JetStream, op string) []*oplog.Event {
 	var out []*oplog.Event
 	var err error
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
-		if out, err = readOpEvents(js, op); err == nil {
+		if out, err = readOpEvents(js, clusterWS, op); err == nil {
 			return out
 		}
 	}
@@ -43,14 +46,14 @@ func opEvents(t *testing.T, js jetstream.JetStream, op string) []*oplog.Event {
 	return nil
 }
 
-func readOpEvents(js jetstream.JetStream, op string) ([]*oplog.Event, error) {
+func readOpEvents(js jetstream.JetStream, ws, op string) ([]*oplog.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, streams.Ops)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(clusterWS, op)}})
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +262,61 @@ func TestClusterLeaderKilled(t *testing.T) {
 			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
 		})
 	})
+}
+
+// Load goes on through a node loss: ops submitted by one client, 16 in
+// flight, keep completing once the cluster has a new leader, without
+// waiting for the node to come back. Neither the client (one submit's
+// lookup of the stream must not hold up the others) nor a gate (its check
+// of the executors served must not wait on the lost node) may stall.
+func TestClusterLoadGoesOnThroughANodeLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	d := newDeployment(t, 2, "--claim-timeout", "3s")
+	js := d.cluster.jetStream(t, d.set)
+	c := d.agent(t, producers.WithWait(time.Minute))
+	var done atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req := events.Request{Workspace: clusterWS, Agent: "agent", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				out, err := c.Submit(ctx, req)
+				for err == nil && !out.Terminal() && ctx.Err() == nil {
+					out, err = c.Submit(ctx, req)
+				}
+				cancel()
+				if err == nil && out.State == events.StateCompleted {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	waitFor(t, time.Minute, "the load runs", func() bool { return done.Load() > 100 })
+	node := d.cluster.node(leader(js, streams.Ops))
+	require.NotNil(t, node)
+	node.kill()
+	defer node.start(t)
+	time.Sleep(8 * time.Second) // an election, and appends left without an answer
+	before := done.Load()
+	time.Sleep(10 * time.Second)
+	after := done.Load()
+	t.Logf("ops completed in the 10 s after the election, the node still down: %d", after-before)
+	assert.Greater(t, after-before, int64(50), "ops go on completing while the node is down")
 }
 
 // Three processes started at the same moment on a cluster that has never

@@ -20,8 +20,10 @@ import (
 
 // Defaults of a Client.
 const (
-	DefaultWait         = 30 * time.Second
-	DefaultPublishTries = 5
+	DefaultWait = 30 * time.Second
+	// DefaultPublishTries, 100 ms apart and doubling to 2 s, outlast a
+	// cluster's election of a new stream leader (about 7 s in all).
+	DefaultPublishTries = 8
 	DefaultPollInterval = 2 * time.Second
 	// DefaultPublishTimeout bounds one try of a publish: an
 	// acknowledgement lost with a connection is retried (same
@@ -269,7 +271,7 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, fp string) (bool, e
 	for try := range c.tries {
 		if try > 0 {
 			select {
-			case <-time.After(time.Duration(1<<min(try, 6)) * 50 * time.Millisecond):
+			case <-time.After(min(time.Duration(1<<min(try, 6))*50*time.Millisecond, 2*time.Second)):
 			case <-ctx.Done():
 				return false, ctx.Err()
 			}

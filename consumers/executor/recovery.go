@@ -159,7 +159,8 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 		return r.settledElsewhere(ctx, item) // another runner recovered it
 	}
 	if err != nil {
-		return err
+		// Nothing ran; the next delivery, in a second, settles it.
+		return fmt.Errorf("%w: recovery claim: %w", errNotClaimed, err)
 	}
 	if call.Args == nil {
 		// Nothing ran, and nothing can: the request is gone.

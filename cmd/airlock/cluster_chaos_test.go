@@ -130,8 +130,13 @@ func TestClusterChaos(t *testing.T) {
 	var nodeDown, airlockDown atomic.Bool
 	var airlockKills, nodeKills, leaderKills atomic.Int64
 	start := time.Now()
+	lastReport := start
 	for {
 		elapsed := time.Since(start)
+		if time.Since(lastReport) >= 30*time.Second {
+			lastReport = time.Now()
+			t.Logf("chaos at %s: %d ops begun, kills %d airlock, %d nats", elapsed.Round(time.Second), next.Load(), airlockKills.Load(), nodeKills.Load())
+		}
 		enough := airlockKills.Load() >= int64(plan.minAirlockKills) && nodeKills.Load() >= int64(plan.minNodeKills)
 		if elapsed >= plan.maxLoad || (elapsed >= plan.load && enough) {
 			break
@@ -226,6 +231,15 @@ func TestClusterChaos(t *testing.T) {
 		}
 	}
 
+	summary := fmt.Sprintf("cluster chaos: %d ops in %s, kills: %d airlock, %d nats (%d of the ops stream leader); "+
+		"completed %d, ambiguous %d, failed %d, other %d; double executions %d, completed without effect %d, lost %d; "+
+		"serve starts that failed %d; seed %d",
+		len(outcomes), loadTook.Round(time.Second), airlockKills.Load(), nodeKills.Load(), leaderKills.Load(),
+		counts[events.StateCompleted], counts[events.StateAmbiguous], counts[events.StateFailed],
+		len(outcomes)-counts[events.StateCompleted]-counts[events.StateAmbiguous]-counts[events.StateFailed],
+		doubles, missing, len(lost), d.startFailures, plan.seed)
+	t.Log(summary)
+	fmt.Fprintln(os.Stderr, summary)
 	// No ledger left, whichever process ended the op.
 	var left []string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
@@ -263,15 +277,6 @@ func TestClusterChaos(t *testing.T) {
 		break
 	}
 
-	summary := fmt.Sprintf("cluster chaos: %d ops in %s, kills: %d airlock, %d nats (%d of the ops stream leader); "+
-		"completed %d, ambiguous %d, failed %d, other %d; double executions %d, completed without effect %d, lost %d; "+
-		"serve starts that failed %d; seed %d",
-		len(outcomes), loadTook.Round(time.Second), airlockKills.Load(), nodeKills.Load(), leaderKills.Load(),
-		counts[events.StateCompleted], counts[events.StateAmbiguous], counts[events.StateFailed],
-		len(outcomes)-counts[events.StateCompleted]-counts[events.StateAmbiguous]-counts[events.StateFailed],
-		doubles, missing, len(lost), d.startFailures, plan.seed)
-	t.Log(summary)
-	fmt.Fprintln(os.Stderr, summary)
 	assert.Empty(t, lost, "ops that never ended")
 	assert.Zero(t, counts[events.StateFailed], "failed ops: nothing in this load fails")
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -300,42 +301,78 @@ type opTally struct {
 }
 
 // tallyOps reads every op event of the workspace once and counts each op's
-// terminal events.
+// terminal events. A read that fails (the cluster still settling after the
+// last kill) goes on from where it stopped.
 func tallyOps(t testing.TB, js jetstream.JetStream) map[string]*opTally {
 	t.Helper()
+	out := map[string]*opTally{}
+	var next uint64 // the stream sequence to read from; 0 for the start
+	var err error
+	for tries := 0; tries < 30; tries++ {
+		if next, err = tallyFrom(js, next, out); err == nil {
+			return out
+		}
+		t.Logf("reading the ops stream from %d: %v; again", next, err)
+		time.Sleep(time.Second)
+	}
+	require.NoError(t, err, "reading the ops stream")
+	return out
+}
+
+// tallyFrom reads the workspace's op events from seq on (0: the first)
+// into out, and returns where to go on from when it fails.
+func tallyFrom(js jetstream.JetStream, seq uint64, out map[string]*opTally) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>"}})
-	require.NoError(t, err)
+	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>"}}
+	if seq > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+	}
+	cons, err := js.OrderedConsumer(ctx, streams.Ops, cc)
+	if err != nil {
+		return seq, err
+	}
 	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	out := map[string]*opTally{}
-	left := int(info.NumPending)
-	for left > 0 {
+	if err != nil {
+		return seq, err
+	}
+	for left := int(info.NumPending); left > 0; {
 		batch, err := cons.Fetch(min(left, 1000), jetstream.FetchMaxWait(5*time.Second))
-		require.NoError(t, err)
+		if err != nil {
+			return seq, err
+		}
 		n := 0
 		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return seq, err
+			}
 			n++
+			seq = md.Sequence.Stream + 1
 			_, op, _, verb, ok := events.OpSubjectParts(m.Subject())
-			require.True(t, ok, m.Subject())
+			if !ok {
+				return seq, fmt.Errorf("not an op subject: %s", m.Subject())
+			}
 			tl := out[op]
 			if tl == nil {
 				tl = &opTally{}
 				out[op] = tl
 			}
-			typ := events.Type(m.Headers().Get(events.HeaderPrefix + "type"))
-			tl.last = typ
+			tl.last = events.Type(m.Headers().Get(events.HeaderPrefix + "type"))
 			switch verb {
 			case "completed", "failed", "ambiguous", "denied", "expired":
 				tl.terminals++
 			}
 		}
-		require.NoError(t, batch.Error())
-		require.Positive(t, n, "no progress reading the ops stream")
+		if err := batch.Error(); err != nil {
+			return seq, err
+		}
+		if n == 0 {
+			return seq, errors.New("no progress reading the ops stream")
+		}
 		left -= n
 	}
-	return out
+	return seq, nil
 }
 
 // verifyAll stops every process cleanly and runs `audit verify` on each

@@ -142,7 +142,14 @@ func TestClusterChaos(t *testing.T) {
 			break
 		}
 		time.Sleep(time.Duration(1500+rng.IntN(3500)) * time.Millisecond)
-		if rng.IntN(2) == 0 && nodeDown.CompareAndSwap(false, true) {
+		// Once the node kills are enough, most faults are Airlock kills:
+		// a restart takes longer than a node's return, so an even split
+		// would leave the Airlock count behind.
+		nodeOdds := 2
+		if nodeKills.Load() >= int64(plan.minNodeKills) {
+			nodeOdds = 4
+		}
+		if rng.IntN(nodeOdds) == 0 && nodeDown.CompareAndSwap(false, true) {
 			victim := d.cluster.nodes[rng.IntN(3)]
 			if rng.IntN(2) == 0 {
 				if n := d.cluster.node(leader(js, streams.Ops)); n != nil {

@@ -102,10 +102,17 @@ func (g *Gate) freshOverride(ctx context.Context, ws string) (policy.Mode, error
 
 // watchModes follows controls that other processes record, from seq on.
 func (g *Gate) watchModes(ctx context.Context, from uint64) error {
-	cons, err := g.ops.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.ModeSubjects},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from + 1,
+	// Made while the cluster may have no leader (a node lost as the
+	// process starts): tried again until it answers, as every consumer.
+	var cons jetstream.Consumer
+	err := streams.Await(ctx, g.cfg.Logger, "mode controls consumer", func(tctx context.Context) error {
+		var err error
+		cons, err = g.ops.OrderedConsumer(tctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{events.ModeSubjects},
+			DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:    from + 1,
+		})
+		return err
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -3,7 +3,9 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"strings"
 	"time"
@@ -126,13 +128,13 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 	if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == ContentTypeStructured {
 		var ev event.Event
 		if err := unmarshalStructured(body, &ev); err != nil {
-			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
+			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %s", jsonProblem(err))
 		}
 		if err := ev.Validate(); err != nil {
 			return event.Event{}, Errorf(CodeInvalidEvent, "structured CloudEvent: %v", err)
 		}
 		if spec := ev.SpecVersion(); spec != event.CloudEventsVersionV1 {
-			return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
+			return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %s, want %s", sized(spec), event.CloudEventsVersionV1)
 		}
 		if err := checkTime(ev); err != nil {
 			return event.Event{}, err
@@ -154,10 +156,10 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 	}
 	spec := ce[HeaderPrefix+"specversion"]
 	if spec == "" {
-		return event.Event{}, Errorf(CodeInvalidEvent, "not a CloudEvent: no ce-specversion header and Content-Type %q", ct)
+		return event.Event{}, Errorf(CodeInvalidEvent, "not a CloudEvent: no ce-specversion header, and Content-Type %s is not %s", sized(ct), ContentTypeStructured)
 	}
 	if spec != event.CloudEventsVersionV1 {
-		return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %q", spec)
+		return event.Event{}, Errorf(CodeInvalidEvent, "unsupported specversion %s, want %s", sized(spec), event.CloudEventsVersionV1)
 	}
 	ev := event.New()
 	for lk, raw := range ce {
@@ -182,7 +184,7 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				return event.Event{}, Errorf(CodeInvalidEvent, "ce-time %q is not RFC 3339", v)
+				return event.Event{}, Errorf(CodeInvalidEvent, "ce-time %s is not RFC 3339", sized(v))
 			}
 			ev.SetTime(t)
 		default:
@@ -215,6 +217,36 @@ func checkTime(ev event.Event) error {
 
 // unmarshalStructured is json.Unmarshal into ev, with the SDK's panics
 // (data_base64 that is not a string: index out of range) turned into errors.
+// Messages of rejections never quote the input: a rejection is recorded
+// in AIRLOCK_OPS, which outlives the request, and the input may be
+// anything an agent sent (a secret pasted in the wrong field, say). They
+// give sizes, offsets and kinds instead.
+
+// sized describes an input string by its size alone.
+func sized(s string) string {
+	if s == "" {
+		return "(empty)"
+	}
+	return fmt.Sprintf("(%d bytes)", len(s))
+}
+
+// jsonProblem describes a JSON decoding error without the input's bytes:
+// encoding/json quotes the offending character or number.
+func jsonProblem(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("not valid JSON at offset %d", syn.Offset)
+	case errors.As(err, &typ):
+		kind, _, _ := strings.Cut(typ.Value, " ")
+		return fmt.Sprintf("a JSON %s at offset %d where %s is wanted", kind, typ.Offset, typ.Type)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected end of JSON"
+	}
+	return "does not decode as one JSON object of the event's fields"
+}
+
 func unmarshalStructured(body []byte, ev *event.Event) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -231,13 +263,13 @@ func DecodeData(ev event.Event) (any, error) {
 	t := Type(ev.Type())
 	payload := NewPayload(t)
 	if payload == nil {
-		return nil, Errorf(CodeUnknownEventType, "unknown event type %q", truncate(ev.Type(), 120))
+		return nil, Errorf(CodeUnknownEventType, "event type %s is not one of Airlock's (%s...)", sized(ev.Type()), TypeRequested)
 	}
 	if mt := ev.DataMediaType(); mt != "" && mt != ContentTypeJSON {
-		return nil, Errorf(CodeInvalidEvent, "data content type %q, want %s", mt, ContentTypeJSON)
+		return nil, Errorf(CodeInvalidEvent, "data content type %s, want %s", sized(mt), ContentTypeJSON)
 	}
 	if err := json.Unmarshal(ev.Data(), payload); err != nil {
-		return nil, Errorf(CodeInvalidEvent, "%s data: %v", t.Short(), err)
+		return nil, Errorf(CodeInvalidEvent, "%s data: %s", t.Short(), jsonProblem(err))
 	}
 	return payload, nil
 }
@@ -278,7 +310,7 @@ func decodeHeader(s string) (string, error) {
 			continue
 		}
 		if i+2 >= len(s) || unhex(s[i+1]) < 0 || unhex(s[i+2]) < 0 {
-			return "", fmt.Errorf("bad percent-encoding in %q", truncate(s, 80))
+			return "", fmt.Errorf("bad percent-encoding at offset %d of %d bytes", i, len(s))
 		}
 		b.WriteByte(byte(unhex(s[i+1])<<4 | unhex(s[i+2])))
 		i += 2

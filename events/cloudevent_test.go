@@ -259,15 +259,15 @@ func TestDecodeErrors(t *testing.T) {
 			return h
 		}, msg: "more than once"},
 		{name: "plain JSON", header: func() nats.Header { return structuredHeader("application/json") }, body: `{"specversion":"1.0"}`, msg: "no ce-specversion"},
-		{name: "specversion 0.3", header: func() nats.Header { h := good(); h.Set("ce-specversion", "0.3"); return h }, msg: `unsupported specversion "0.3"`},
-		{name: "specversion 2.0", header: func() nats.Header { h := good(); h.Set("ce-specversion", "2.0"); return h }, msg: `unsupported specversion "2.0"`},
-		{name: "specversion 1", header: func() nats.Header { h := good(); h.Set("ce-specversion", "1"); return h }, msg: `unsupported specversion "1"`},
+		{name: "specversion 0.3", header: func() nats.Header { h := good(); h.Set("ce-specversion", "0.3"); return h }, msg: `unsupported specversion (3 bytes), want 1.0`},
+		{name: "specversion 2.0", header: func() nats.Header { h := good(); h.Set("ce-specversion", "2.0"); return h }, msg: `unsupported specversion (3 bytes)`},
+		{name: "specversion 1", header: func() nats.Header { h := good(); h.Set("ce-specversion", "1"); return h }, msg: `unsupported specversion (1 bytes)`},
 		{name: "missing ce-id", header: func() nats.Header { h := good(); h.Del("ce-id"); return h }, msg: "id"},
 		{name: "empty ce-id", header: func() nats.Header { h := good(); h.Set("ce-id", ""); return h }, msg: "id"},
 		{name: "missing ce-source", header: func() nats.Header { h := good(); h.Del("ce-source"); return h }, msg: "source"},
 		{name: "missing ce-type", header: func() nats.Header { h := good(); h.Del("ce-type"); return h }, msg: "type"},
 		{name: "blank ce-type", header: func() nats.Header { h := good(); h.Set("ce-type", "%20"); return h }, msg: "type"},
-		{name: "bad ce-time words", header: func() nats.Header { h := good(); h.Set("ce-time", "yesterday"); return h }, msg: `ce-time "yesterday" is not RFC 3339`},
+		{name: "bad ce-time words", header: func() nats.Header { h := good(); h.Set("ce-time", "yesterday"); return h }, msg: `ce-time (9 bytes) is not RFC 3339`},
 		{name: "bad ce-time no zone", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-01-02T03:04:05"); return h }, msg: "not RFC 3339"},
 		{name: "bad ce-time month 13", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-13-02T03:04:05Z"); return h }, msg: "not RFC 3339"},
 		{name: "bad ce-time space", header: func() nats.Header { h := good(); h.Set("ce-time", "2025-01-02 03:04:05Z"); return h }, msg: "not RFC 3339"},
@@ -290,7 +290,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "structured no specversion", header: func() nats.Header { return structured() },
 			body: `{"type":"dev.airlock.op.decided.v1","source":"s","id":"1"}`, msg: "structured CloudEvent"},
 		{name: "structured specversion 0.3", header: func() nats.Header { return structured() },
-			body: `{"specversion":"0.3","type":"dev.airlock.op.decided.v1","source":"s","id":"1"}`, msg: `unsupported specversion "0.3"`},
+			body: `{"specversion":"0.3","type":"dev.airlock.op.decided.v1","source":"s","id":"1"}`, msg: `unsupported specversion (3 bytes), want 1.0`},
 		{name: "structured specversion 2.0", header: func() nats.Header { return structured() },
 			body: `{"specversion":"2.0","type":"dev.airlock.op.decided.v1","source":"s","id":"1"}`, msg: "structured CloudEvent"},
 		{name: "structured missing id", header: func() nats.Header { return structured() },
@@ -339,10 +339,10 @@ func TestDecodeData(t *testing.T) {
 		code events.Code
 		msg  string
 	}{
-		{name: "unknown type", ev: mk("dev.airlock.op.teleported.v1", "application/json", `{}`), code: events.CodeUnknownEventType, msg: `unknown event type "dev.airlock.op.teleported.v1"`},
+		{name: "unknown type", ev: mk("dev.airlock.op.teleported.v1", "application/json", `{}`), code: events.CodeUnknownEventType, msg: `event type (28 bytes) is not one of`},
 		{name: "future version", ev: mk("dev.airlock.op.decided.v2", "application/json", `{}`), code: events.CodeUnknownEventType},
 		{name: "empty type", ev: mk("", "application/json", `{}`), code: events.CodeUnknownEventType},
-		{name: "long unknown type truncated", ev: mk(strings.Repeat("x", 500), "", `{}`), code: events.CodeUnknownEventType, msg: strings.Repeat("x", 120) + `..."`},
+		{name: "long unknown type truncated", ev: mk(strings.Repeat("x", 500), "", `{}`), code: events.CodeUnknownEventType, msg: "(500 bytes)"},
 		{name: "unknown type wins over bad data", ev: mk("x", "application/json", `not json`), code: events.CodeUnknownEventType},
 		{name: "non-JSON data", ev: mk(string(events.TypeDecided), "application/json", `decided!`), code: events.CodeInvalidEvent, msg: "decided data"},
 		{name: "empty data", ev: mk(string(events.TypeCompleted), "application/json", ``), code: events.CodeInvalidEvent, msg: "completed data"},
@@ -350,7 +350,7 @@ func TestDecodeData(t *testing.T) {
 		{name: "wrong field type", ev: mk(string(events.TypeClaimed), "application/json", `{"op_id":1}`), code: events.CodeInvalidEvent, msg: "claimed data"},
 		{name: "negative sequence", ev: mk(string(events.TypeScrubbed), "application/json", `{"request_seq":-1}`), code: events.CodeInvalidEvent},
 		{name: "array data", ev: mk(string(events.TypeHeld), "application/json", `[]`), code: events.CodeInvalidEvent},
-		{name: "text data", ev: mk(string(events.TypeHeld), "text/plain", `{}`), code: events.CodeInvalidEvent, msg: `data content type "text/plain"`},
+		{name: "text data", ev: mk(string(events.TypeHeld), "text/plain", `{}`), code: events.CodeInvalidEvent, msg: `data content type (10 bytes), want application/json`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -487,4 +487,67 @@ func TestNewMessageMatchesEncode(t *testing.T) {
 	assert.Equal(t, "id 7", back.ID())
 	assert.Equal(t, "airlock/executor", back.Source())
 	assert.WithinDuration(t, time.Now(), back.Time(), time.Minute)
+}
+
+// A rejection is recorded in AIRLOCK_OPS, which outlives the request:
+// its message never quotes what the agent sent, whichever part is bad.
+func TestRejectionsNeverQuoteInput(t *testing.T) {
+	const secret = "s3cr3tTOKENx"
+	binary := func(set map[string]string) nats.Header {
+		h := nats.Header{}
+		for k, v := range map[string]string{"ce-specversion": "1.0", "ce-type": string(events.TypeRequested), "ce-source": "s", "ce-id": "1", "Content-Type": "application/json"} {
+			h.Set(k, v)
+		}
+		for k, v := range set {
+			h.Set(k, v)
+		}
+		return h
+	}
+	req := func(mut func(*events.Request)) string {
+		r := events.Request{Workspace: "ws", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{}`)}
+		mut(&r)
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	cases := []struct {
+		name   string
+		header nats.Header
+		body   string
+	}{
+		{"specversion", binary(map[string]string{"ce-specversion": secret}), `{}`},
+		{"content type without specversion", nats.Header{"Content-Type": {secret}}, `{}`},
+		{"structured specversion", nats.Header{"Content-Type": {events.ContentTypeStructured}}, `{"specversion":"` + secret + `","type":"t","source":"s","id":"1"}`},
+		{"structured not JSON", nats.Header{"Content-Type": {events.ContentTypeStructured}}, `{"specversion":` + secret + `}`},
+		{"ce-time", binary(map[string]string{"ce-time": secret}), `{}`},
+		{"percent-encoding", binary(map[string]string{"ce-source": secret + "%zz"}), `{}`},
+		{"type", binary(map[string]string{"ce-type": "dev." + secret}), `{}`},
+		{"data content type", binary(map[string]string{"Content-Type": "text/" + secret}), `{}`},
+		{"data not JSON", binary(nil), `{"workspace":` + secret + `}`},
+		{"data number where a string is wanted", binary(nil), `{"workspace":1234` + "5678" + `}`},
+		{"workspace name", binary(nil), req(func(r *events.Request) { r.Workspace = secret + " x" })},
+		{"agent name", binary(nil), req(func(r *events.Request) { r.Agent = "A" + secret })},
+		{"tool name", binary(nil), req(func(r *events.Request) { r.Tool = strings.Repeat(secret, 10) })},
+		{"idempotency key", binary(nil), req(func(r *events.Request) { r.IdempotencyKey = secret + " " })},
+		{"args", binary(nil), `{"workspace":"ws","agent":"agent","tool":"echo","args":{"a":` + secret + `}}`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// What the gate does with a request message.
+			err := func() error {
+				ev, err := events.Decode(c.header, []byte(c.body))
+				if err != nil {
+					return err
+				}
+				data, err := events.DecodeData(ev)
+				if err != nil {
+					return err
+				}
+				return data.(*events.Request).Validate()
+			}()
+			require.Error(t, err)
+			assert.NotContains(t, err.Error(), secret[:6])
+			assert.NotContains(t, err.Error(), "12345678")
+		})
+	}
 }

@@ -55,6 +55,12 @@ const (
 	// Queries and transport.
 	CodeNotFound     Code = "NOT_FOUND"
 	CodeInvalidQuery Code = "INVALID_QUERY"
+	// CodePermissionDenied: the server refused a publish or subscribe to
+	// the credential (its role may not use the subject).
+	CodePermissionDenied Code = "PERMISSION_DENIED"
+	// CodeNoCredential: the server refused the connection: no
+	// credential was given, or one it does not know.
+	CodeNoCredential Code = "NO_CREDENTIAL"
 	CodeUnavailable  Code = "UNAVAILABLE"
 	CodeInternal     Code = "INTERNAL"
 )
@@ -69,7 +75,7 @@ var AllCodes = []Code{
 	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
 	CodeOperandsChanged, CodePrivilegeEscalation, CodePathEscape, CodeInvalidPatch, CodePatchConflict,
 	CodeRemoteUnavailable, CodeNoWorkspaceRoot,
-	CodeNotFound, CodeInvalidQuery, CodeUnavailable, CodeInternal,
+	CodeNotFound, CodeInvalidQuery, CodePermissionDenied, CodeNoCredential, CodeUnavailable, CodeInternal,
 }
 
 // Error is the one error type that crosses process boundaries. Callers

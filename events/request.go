@@ -47,7 +47,7 @@ func (r *Request) Validate() error {
 		{"workspace", r.Workspace}, {"agent", r.Agent}, {"tool", r.Tool},
 	} {
 		if !ValidName(f.value) {
-			return Errorf(CodeInvalidName, "%s %q must match [a-z0-9][a-z0-9_-]{0,63}", f.field, truncate(f.value, 80))
+			return Errorf(CodeInvalidName, "%s %s must match [a-z0-9][a-z0-9_-]{0,63}%s", f.field, sized(f.value), badAt(f.value))
 		}
 	}
 	if len(r.IdempotencyKey) > MaxIdempotencyKeyBytes {
@@ -138,6 +138,21 @@ func OperandKeys(byPath map[string]string) map[string]string {
 		out[Digest([]byte(path))] = h
 	}
 	return out
+}
+
+// badAt says where an invalid name goes wrong, without quoting it.
+func badAt(name string) string {
+	if len(name) > 64 {
+		return ""
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && (c == '_' || c == '-') {
+			continue
+		}
+		return fmt.Sprintf(": byte %d is not allowed there", i)
+	}
+	return ""
 }
 
 func truncate(s string, n int) string {

@@ -189,3 +189,7 @@ func command(ctx context.Context, nc *nats.Conn, subject string, in any) (events
 	}
 	return r, nil
 }
+
+// Op returns an op from the projection, as Client.Op does: where a hold
+// went after its resolution.
+func (a *Approver) Op(ctx context.Context, id string) (*events.Op, error) { return a.q.Op(ctx, id) }

@@ -32,7 +32,7 @@ const exitAudit = 5
 
 func newAudit(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "audit", Short: "Verify the tamper-evident audit log and prove what happened to an op"}
-	cmd.AddCommand(newAuditVerify(g), newAuditProve(g), newAuditCheckProof())
+	cmd.AddCommand(newAuditVerify(g), newAuditProve(g), newAuditCheckProof(g))
 	return cmd
 }
 
@@ -293,7 +293,7 @@ func newAuditProve(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newAuditCheckProof() *cobra.Command {
+func newAuditCheckProof(g *globals) *cobra.Command {
 	var (
 		keyPath string
 		asJSON  bool
@@ -304,7 +304,10 @@ func newAuditCheckProof() *cobra.Command {
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyPath == "" {
-				return usageError("--key is required (the log's audit.pub)")
+				keyPath = filepath.Join(g.data, audit.PubFile)
+				if _, err := os.Stat(keyPath); errors.Is(err, os.ErrNotExist) {
+					return usageError("no verifier key: %s does not exist; pass --key FILE (the log's audit.pub) or --data DIR that holds it", keyPath)
+				}
 			}
 			v, err := audit.ReadVerifier(keyPath)
 			if err != nil {
@@ -321,7 +324,7 @@ func newAuditCheckProof() *cobra.Command {
 			return printProof(cmd.OutOrStdout(), p, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&keyPath, "key", "", "verifier key file (audit.pub of the log)")
+	cmd.Flags().StringVar(&keyPath, "key", "", "verifier key file (default <data>/audit.pub)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }

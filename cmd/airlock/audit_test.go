@@ -123,6 +123,13 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	require.NoError(t, os.WriteFile(tampered, []byte(strings.Replace(string(pf), "leaf ", "leaf 9", 1)), 0o644))
 	_, _, code = run(t, "audit", "check-proof", tampered, "--key", pub)
 	assert.Equal(t, exitAudit, code)
+	// Without --key, the data dir's audit.pub; with neither, a usage
+	// error that says what to pass.
+	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--data", dir)
+	assert.Equal(t, 0, code, "%s %s", out, errOut)
+	_, errOut, code = run(t, "audit", "check-proof", proofFile, "--data", t.TempDir())
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--key FILE")
 
 	// Replay into an empty dir while the server runs.
 	into := filepath.Join(t.TempDir(), "replayed")

@@ -245,3 +245,46 @@ func TestServeAgainstExternalNATS(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, exit, second.stderr.String())
 }
+
+// Args too big for a command line (one argument may be at most 128 KiB
+// on Linux) come from a file or stdin.
+func TestSubmitArgsFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	srv := startServer(t, t.TempDir(), freePort(t), nil)
+	args := `{"text":"` + strings.Repeat("a", 200<<10) + `"}`
+	file := filepath.Join(t.TempDir(), "args.json")
+	require.NoError(t, os.WriteFile(file, []byte(args), 0o600))
+	out, errOut, code := srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args-file", file, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	var first struct {
+		OpID  string `json:"op_id"`
+		State string `json:"state"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &first))
+	assert.Equal(t, "completed", first.State)
+	req := events.Request{Workspace: "cli", Agent: "agent", Tool: "echo", Args: json.RawMessage(args)}
+	require.NoError(t, req.Validate())
+	_, want := req.Identity()
+	assert.Equal(t, want, first.OpID, "the file's args, as they are")
+
+	// From stdin: the same args, so the same op.
+	cmd := exec.Command(binary, "submit", "--ws", "cli", "--tool", "echo", "--args-file", "-", "--json", "--server="+srv.url, "--data="+srv.dir)
+	cmd.Stdin = strings.NewReader(args)
+	b, err := cmd.Output()
+	require.NoError(t, err, string(b))
+	assert.Contains(t, string(b), first.OpID)
+
+	// Both flags, a missing file, a file over the limit: usage errors.
+	_, errOut, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args-file", file, "--args", "{}")
+	assert.Equal(t, exitUsage, code, errOut)
+	_, errOut, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args-file", file+".none")
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Contains(t, errOut, "--args-file")
+	big := filepath.Join(t.TempDir(), "big.json")
+	require.NoError(t, os.WriteFile(big, []byte(`{"text":"`+strings.Repeat("a", events.MaxRequestBytes)+`"}`), 0o600))
+	_, errOut, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args-file", big)
+	assert.Equal(t, exitUsage, code, errOut)
+	assert.Contains(t, errOut, "ARGS_TOO_LARGE")
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -140,6 +142,7 @@ func newHoldsResolve(g *globals, decision events.Decision) *cobra.Command {
 	var (
 		reason, digest string
 		asJSON         bool
+		wait           time.Duration
 	)
 	verb := string(decision)
 	cmd := &cobra.Command{
@@ -149,8 +152,16 @@ func newHoldsResolve(g *globals, decision events.Decision) *cobra.Command {
 the digest of the args read from the request itself (what "holds show"
 prints), and the gate refuses it (GRANT_DIGEST_MISMATCH) unless the hold
 covers exactly those args; with --digest, the digest given (as copied from
-"holds show" after reading the args). Exit status: 0 resolved, 1 refused or
-an error, 2 usage.`,
+"holds show" after reading the args).
+
+A grant then waits (--wait) for the op to start running: the gate decides
+it again under the policy in force (a lockdown since denies it,
+RESUME_DENIED) and the executor checks its operands (OPERANDS_CHANGED).
+
+Exit status: 0 denied, or granted and the op is executing or completed; 1
+refused or an error; 2 usage; 3 granted and the op still waits to run when
+--wait ran out; 4 granted but the op then ended without completing (denied
+on resume, failed, expired or ambiguous: the line names the code).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			holdID := args[0]
@@ -187,23 +198,100 @@ an error, 2 usage.`,
 			if err != nil {
 				return commandFailed(cmd, err, asJSON)
 			}
+			// A grant is not yet a run: the gate decides the op again
+			// under the policy in force, and the executor checks its
+			// operands. Wait for where it went.
+			state, code, msg := r.State, events.Code(""), ""
+			if decision == events.DecisionGrant && wait > 0 {
+				op, err := awaitResumed(cmd.Context(), a, opID, wait)
+				if err != nil {
+					return commandFailed(cmd, err, asJSON)
+				}
+				state, code, msg = op.State, op.ErrorCode, op.Error
+			}
+			status := resolvedStatus(decision, state)
 			w := cmd.OutOrStdout()
 			if asJSON {
-				printJSON(w, map[string]any{"op_id": opID, "hold_id": holdID, "args_digest": digest, "decision": decision, "state": r.State, "existing": r.Existing})
-				return nil
+				out := map[string]any{"op_id": opID, "hold_id": holdID, "args_digest": digest, "decision": decision, "state": state, "existing": r.Existing}
+				if code != "" {
+					out["error_code"], out["error"] = code, msg
+				}
+				printJSON(w, out)
+			} else {
+				again := ""
+				if r.Existing {
+					again = " (already, by you)"
+				}
+				fmt.Fprintf(w, "%s %s%s: op %s %s", holdID, pastTense[decision], again, opID, state)
+				switch {
+				case code != "":
+					fmt.Fprintf(w, " %s: %s", code, msg)
+				case status == exitPending:
+					fmt.Fprintf(w, " (still waiting for the executor after %s)", wait)
+				}
+				fmt.Fprintf(w, " (args %s)\n", digest)
 			}
-			again := ""
-			if r.Existing {
-				again = " (already, by you)"
+			if status != exitOK {
+				return &exitError{code: status}
 			}
-			fmt.Fprintf(w, "%s %sed%s: op %s %s (args %s)\n", holdID, verb, again, opID, r.State, digest)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the resolution)")
 	cmd.Flags().StringVar(&digest, "digest", "", "the args digest the resolution covers (default: the hold's)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	if decision == events.DecisionGrant {
+		cmd.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long to wait for the granted op to start running or end (0: do not wait)")
+	}
 	return cmd
+}
+
+var pastTense = map[events.Decision]string{events.DecisionGrant: "granted", events.DecisionDeny: "denied"}
+
+// resolvedStatus is the exit status of a resolution after which the op
+// is in state: a grant is a success only if the op went on to run.
+func resolvedStatus(d events.Decision, state events.State) int {
+	if d == events.DecisionDeny {
+		return exitOK
+	}
+	switch state {
+	case events.StateExecuting, events.StateCompleted:
+		return exitOK
+	case events.StateHeld, events.StateGranted, events.StateReady:
+		return exitPending
+	default: // denied on resume, failed before or while running, expired, ambiguous
+		return exitDenied
+	}
+}
+
+// awaitResumed polls op until it is past the grant (executing or ended)
+// or wait runs out, and returns where it stands then.
+func awaitResumed(ctx context.Context, a *producers.Approver, opID string, wait time.Duration) (*events.Op, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last *events.Op
+	for {
+		op, err := a.Op(ctx, opID)
+		switch {
+		case err == nil:
+			last = op
+			if resolvedStatus(events.DecisionGrant, op.State) != exitPending {
+				return op, nil
+			}
+		case ctx.Err() == nil:
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil || errors.Is(context.Cause(ctx), context.Canceled) {
+				return nil, events.Errorf(events.CodeUnavailable, "op %s: no answer from the query service in %s", opID, wait)
+			}
+			return last, nil
+		case <-tick.C:
+		}
+	}
 }
 
 // commandFailed prints a refused command's code and returns exit 1.

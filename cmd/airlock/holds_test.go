@@ -118,7 +118,7 @@ func TestHoldsCLI(t *testing.T) {
 	assert.Contains(t, out, "WORKSPACE_LOCKED")
 	_, stderr, code := srv.run(t, "ctl", "mode", "dev", "auto", "--reason", "sneaky", "--creds", filepath.Join(srv.dir, "creds", "agent.creds"))
 	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "ermissions")
+	assert.Contains(t, stderr, "PERMISSION_DENIED")
 
 	// SIGHUP reloads the policy file and records the new hash; a broken
 	// file is refused and the old policy stays.

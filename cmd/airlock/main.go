@@ -14,7 +14,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot().ExecuteContext(ctx)
+	err := execute(ctx)
 	stop()
 	os.Exit(exitCode(err))
 }

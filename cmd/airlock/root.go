@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -19,10 +22,33 @@ type globals struct {
 	server string
 	creds  string
 	data   string
+
+	// refuse ends the running command's context with a *refusal when
+	// the server refuses a publish or subscribe; see connect.
+	refuse context.CancelCauseFunc
+	ctx    context.Context
 }
 
-func newRoot() *cobra.Command {
+// execute runs the command line in os.Args. A command the server refuses
+// a publish or subscribe ends at once with that refusal: without it the
+// command would wait out its time-out and report that instead.
+func execute(ctx context.Context) error {
 	g := &globals{}
+	g.ctx, g.refuse = context.WithCancelCause(ctx)
+	defer g.refuse(nil)
+	err := newRoot(g).ExecuteContext(g.ctx)
+	if r := g.refused(); r != nil {
+		var ee *exitError
+		if errors.As(err, &ee) && ee.err == nil {
+			// The command printed its outcome (--json) already.
+			return err
+		}
+		return &exitError{code: exitFailed, err: r}
+	}
+	return err
+}
+
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "airlock",
 		Short:         "Airlock holds AI-agent tool calls at the door",
@@ -77,18 +103,20 @@ func principal(credsPath, role string) string {
 }
 
 // connect opens a client connection to --server as role. A permissions
-// violation (a subject the credential may not use) is reported on stderr
-// as it happens; the request then times out.
+// violation (a subject the credential may not use) ends the command at
+// once with PERMISSION_DENIED (see refused); a connection the server
+// refuses is NO_CREDENTIAL, saying where the command looked.
 func (g *globals) connect(role string) (*nats.Conn, error) {
+	path := g.credsFor(role)
 	opts := []nats.Option{
 		nats.Name("airlock-cli"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				fmt.Fprintln(os.Stderr, "airlock:", err)
+			if errors.Is(err, nats.ErrPermissionViolation) && g.refuse != nil {
+				g.refuse(g.refusal(role, path, err))
 			}
 		}),
 	}
-	if path := g.credsFor(role); path != "" {
+	if path != "" {
 		opt, err := authority.ConnectOption(path)
 		if err != nil {
 			return nil, err
@@ -96,8 +124,75 @@ func (g *globals) connect(role string) (*nats.Conn, error) {
 		opts = append(opts, opt)
 	}
 	nc, err := nats.Connect(g.server, opts...)
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return nil, &exitError{code: exitFailed, err: g.noCredential(role, path)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", g.server, err)
 	}
 	return nc, nil
+}
+
+// noCredential explains a connection the server refused.
+func (g *globals) noCredential(role, path string) *events.Error {
+	if path == "" {
+		return events.Errorf(events.CodeNoCredential,
+			"%s refused the connection: no credential given (--creds, env AIRLOCK_CREDS) and none at %s; point --data (env AIRLOCK_DATA) at serve's data directory, or --creds at a %s credential",
+			g.server, filepath.Join(g.data, authority.CredsDir, role+authority.CredsExt), role)
+	}
+	return events.Errorf(events.CodeNoCredential,
+		"%s refused the credential %s: it is not one of this deployment's principals; use one from serve's data directory (%s), and restart serve after \"airlock creds add\"",
+		g.server, path, filepath.Join(authority.CredsDir, "<name>"+authority.CredsExt))
+}
+
+// refusal is the error a command ends with when the server refused one
+// of its publishes or subscribes.
+type refusal struct {
+	err *events.Error
+	// what was refused: "credential F (principal P, role R) publish to "S""
+	what string
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+var violationRE = regexp.MustCompile(`(?i)for (publish|subscription) to "([^"]+)"`)
+
+// refusal says which subject the server refused to which credential, and
+// what the command needs instead.
+func (g *globals) refusal(role, path string, violation error) *refusal {
+	verb, subject := "use", ""
+	if m := violationRE.FindStringSubmatch(violation.Error()); m != nil {
+		verb, subject = map[string]string{"publish": "publish to", "subscription": "subscribe to"}[strings.ToLower(m[1])], m[2]
+	}
+	who := "no credential"
+	if path != "" {
+		who = "credential " + path
+		if p, ok := authority.Identify(path); ok {
+			who += fmt.Sprintf(" (principal %s, role %s)", p.Name, p.Role)
+		}
+	}
+	what := fmt.Sprintf("%s %s %q", who, verb, subject)
+	return &refusal{events.Errorf(events.CodePermissionDenied,
+		"the server refused to let %s: this command needs a%s %s credential; pass --creds FILE of a%s %s principal (\"airlock creds list\" shows them)",
+		what, article(role), role, article(role), role), what}
+}
+
+func article(role string) string {
+	if strings.ContainsAny(role[:1], "aeiou") {
+		return "n"
+	}
+	return ""
+}
+
+// refused returns the refusal that ended the running command, if one did.
+func (g *globals) refused() *refusal {
+	if g.ctx == nil {
+		return nil
+	}
+	var r *refusal
+	if errors.As(context.Cause(g.ctx), &r) {
+		return r
+	}
+	return nil
 }

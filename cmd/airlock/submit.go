@@ -10,19 +10,21 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/spf13/cobra"
 )
 
 func newSubmit(g *globals) *cobra.Command {
 	var (
-		req    events.Request
-		args   string
-		wait   time.Duration
-		asJSON bool
+		req      events.Request
+		args     string
+		argsFile string
+		wait     time.Duration
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "submit --ws W --tool T --args JSON [--agent A]",
+		Use:   "submit --ws W --tool T --args JSON|--args-file FILE [--agent A]",
 		Short: "Submit a tool request and wait for its outcome",
 		Long: `Submit a tool request and wait for its outcome.
 
@@ -39,6 +41,16 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 				if f.value == "" {
 					return usageError("--%s is required", f.name)
 				}
+			}
+			if argsFile != "" {
+				if cmd.Flags().Changed("args") {
+					return usageError("--args and --args-file exclude each other")
+				}
+				b, err := readArgsFile(cmd.InOrStdin(), argsFile)
+				if err != nil {
+					return err
+				}
+				args = string(b)
 			}
 			req.Args = json.RawMessage(args)
 			if err := req.Validate(); err != nil {
@@ -61,6 +73,14 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 			}
 			defer c.Close()
 			out, err := c.Submit(cmd.Context(), req)
+			if r := g.refused(); r != nil {
+				err = r.err
+				if p, ok := authority.Identify(g.credsFor("agent")); ok && p.Role == authority.RoleAgent && p.Name != req.Agent {
+					err = events.Errorf(events.CodePermissionDenied,
+						"the server refused to let %s: an agent may submit only under its own name, and --agent %s is not the credential's principal, %s; drop --agent or use %s's own credential",
+						r.what, req.Agent, p.Name, req.Agent)
+				}
+			}
 			return report(cmd.OutOrStdout(), out, err, asJSON)
 		},
 	}
@@ -69,10 +89,33 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 	f.StringVar(&req.Agent, "agent", "", "agent: the principal of the credential used (default: its name); the server lets an agent submit only under its own name")
 	f.StringVar(&req.Tool, "tool", "", "tool")
 	f.StringVar(&args, "args", "{}", "arguments, a JSON value")
+	f.StringVar(&argsFile, "args-file", "", "read the arguments from FILE (- for stdin) instead: for args too big for a command line")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")
 	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// readArgsFile reads --args-file: at most MaxRequestBytes, the most a
+// request body may be.
+func readArgsFile(stdin io.Reader, path string) ([]byte, error) {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, usageError("--args-file: %v", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, events.MaxRequestBytes+1))
+	if err != nil {
+		return nil, usageError("--args-file: %v", err)
+	}
+	if len(b) > events.MaxRequestBytes {
+		return nil, &exitError{code: exitUsage, err: events.Errorf(events.CodeArgsTooLarge, "--args-file %s is over %d bytes; args may be %d bytes in canonical form", path, events.MaxRequestBytes, events.MaxArgsBytes)}
+	}
+	return b, nil
 }
 
 // report prints a submit outcome and returns the exit status for it.
@@ -86,13 +129,14 @@ func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
 			e = events.Errorf(events.CodeInternal, "%v", err)
 		}
 		state := "rejected"
-		if e.Code == events.CodeUnavailable || e.Code == events.CodeInternal {
+		switch e.Code {
+		case events.CodeUnavailable, events.CodeInternal, events.CodePermissionDenied, events.CodeNoCredential:
 			state = "error"
 		}
 		if asJSON {
 			printJSON(w, map[string]any{"op_id": out.OpID, "state": state, "error_code": e.Code, "error": e.Message})
 		} else {
-			fmt.Fprintf(os.Stderr, "%s: %s: %s\n", state, e.Code, e.Message)
+			fmt.Fprintf(os.Stderr, "airlock: %s: %s: %s\n", state, e.Code, e.Message)
 		}
 		return &exitError{code: exitFailed}
 	}

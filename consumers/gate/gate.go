@@ -376,7 +376,7 @@ func (g *Gate) parse(m jetstream.Msg) (*events.Request, *events.Error) {
 	}
 	if t := events.Type(ev.Type()); t != events.TypeRequested {
 		if !t.Known() {
-			return fail(events.Errorf(events.CodeUnknownEventType, "unknown event type %q on a request subject", ev.Type()))
+			return fail(events.Errorf(events.CodeUnknownEventType, "an event type (%d bytes) that is not Airlock's on a request subject: publish %s", len(ev.Type()), events.TypeRequested))
 		}
 		return fail(events.Errorf(events.CodeInvalidEvent, "only %s may be published on request subjects, got %s", events.TypeRequested, t))
 	}

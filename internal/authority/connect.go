@@ -2,6 +2,7 @@ package authority
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 )
@@ -15,4 +16,25 @@ func ConnectOption(credsPath string) (nats.Option, error) {
 		return nil, fmt.Errorf("authority: creds %s: %w", credsPath, err)
 	}
 	return opt, nil
+}
+
+// Identify returns the principal a credential file belongs to, as the
+// principals.json beside it lists it (the layout Ensure writes). ok is
+// false when the file is no user seed or no list beside it names its key:
+// a client may hold a credential without the data dir it came from.
+func Identify(credsPath string) (p Principal, ok bool) {
+	pub, err := readCreds(credsPath)
+	if err != nil {
+		return Principal{}, false
+	}
+	ps, found, err := readPrincipals(filepath.Dir(credsPath))
+	if err != nil || !found {
+		return Principal{}, false
+	}
+	for _, p := range ps {
+		if p.PublicKey == pub {
+			return p, true
+		}
+	}
+	return Principal{}, false
 }

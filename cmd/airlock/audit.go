@@ -106,16 +106,31 @@ index otherwise.`,
 				return err
 			}
 			defer done()
+			if !remote {
+				file, err := audit.CheckpointFileTrusted(g.data)
+				if err != nil {
+					return err
+				}
+				trusted = append(trusted, file...)
+			}
+			// JetStream's checkpoints are an anchor by default: when the
+			// deployment answers, they are checked; when it does not, the
+			// report says so. Asked for with the flag, they must be.
+			var skipped []string
 			if fromJetStream {
 				size, err := src.LogSize()
 				if err != nil && !errors.Is(err, pebble.ErrNotFound) {
 					return err
 				}
 				kept, err := g.jetstreamCheckpoints(cmd.Context(), v.Name(), size, remote)
-				if err != nil {
+				switch {
+				case err == nil:
+					trusted = append(trusted, kept...)
+				case cmd.Flags().Changed("jetstream-checkpoint"):
 					return err
+				default:
+					skipped = append(skipped, "jetstream: "+firstLine(err.Error()))
 				}
-				trusted = append(trusted, kept...)
 			}
 			opts := audit.Options{Verifier: v, Trusted: trusted}
 			var bar *progress.Reporter // nil: not a terminal, or --json
@@ -132,9 +147,15 @@ index otherwise.`,
 			took := time.Since(start)
 			w := cmd.OutOrStdout()
 			if asJSON {
-				printJSON(w, rep)
+				printJSON(w, struct {
+					*audit.Report
+					Unchecked []string `json:"anchors_unchecked,omitempty"`
+				}{rep, skipped})
 			} else {
 				printReport(w, rep, took)
+				for _, s := range skipped {
+					fmt.Fprintf(w, "unchecked:   %s\n", s)
+				}
 			}
 			if !rep.OK() {
 				return &exitError{code: exitAudit}
@@ -153,7 +174,7 @@ index otherwise.`,
 	f.StringVar(&savePath, "save-checkpoint", "", "when the log is sound, write its newest checkpoint here (the next run's --trusted-checkpoint)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.BoolVar(&remote, "remote", false, "read the log from the server at --server instead of the data dir")
-	f.BoolVar(&fromJetStream, "jetstream-checkpoint", false, "also check against the checkpoints JetStream keeps for this log (at --server): this data dir's newest, and the deployment's when the log reaches it")
+	f.BoolVar(&fromJetStream, "jetstream-checkpoint", true, "also check against the checkpoints JetStream keeps for this log (at --server): this data dir's newest, and the deployment's when the log reaches it; by default when the server answers (the report says when it did not), =false never")
 	return cmd
 }
 
@@ -218,17 +239,19 @@ func printReport(w io.Writer, r *audit.Report, took time.Duration) {
 	if r.Root != "" {
 		fmt.Fprintf(w, "root:        %s\n", r.Root)
 	}
-	fmt.Fprintf(w, "checked:     %d leaves, %d stored hashes, %d checkpoints (newest at %d)", r.Leaves, r.Hashes, r.Checkpoints, r.CheckpointSize)
-	if len(r.Trusted) > 0 {
-		fmt.Fprintf(w, ", trusted: %s", strings.Join(r.Trusted, ", "))
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "checked:     %d leaves, %d stored hashes, %d checkpoints (newest at %d)\n", r.Leaves, r.Hashes, r.Checkpoints, r.CheckpointSize)
+	fmt.Fprintf(w, "anchors:     %s\n", strings.Join(r.Anchors, "; "))
 	if secs := took.Seconds(); secs > 0 && r.Leaves > 0 {
 		fmt.Fprintf(w, "rate:        %.0f leaves/s\n", float64(r.Leaves)/secs)
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem:     %s\n", p)
 	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {

@@ -22,12 +22,14 @@ import (
 )
 
 type verifyJSON struct {
-	Status         string `json:"status"`
-	Index          *int64 `json:"index"`
-	Size           int64  `json:"size"`
-	Root           string `json:"root"`
-	Origin         string `json:"origin"`
-	CheckpointSize int64  `json:"checkpoint_size"`
+	Status         string   `json:"status"`
+	Index          *int64   `json:"index"`
+	Size           int64    `json:"size"`
+	Root           string   `json:"root"`
+	Origin         string   `json:"origin"`
+	CheckpointSize int64    `json:"checkpoint_size"`
+	Anchors        []string `json:"anchors"`
+	Unchecked      []string `json:"anchors_unchecked"`
 }
 
 func auditVerify(t testing.TB, args ...string) (verifyJSON, int, string) {
@@ -271,8 +273,15 @@ func TestAuditTamperRollbackFork(t *testing.T) {
 		code, errOut := serveRefused(t, dir)
 		assert.Equal(t, exitAudit, code, errOut)
 		assert.Contains(t, errOut, "FORK")
+		// Offline, the data dir's checkpoint file is the anchor that
+		// catches it; without it the forged log is sound on its own.
 		v, code, _ := auditVerify(t, "--data", dir)
+		assert.Equal(t, exitAudit, code, "%+v", v)
+		assert.Equal(t, "FORK", v.Status)
+		require.NoError(t, os.Rename(filepath.Join(dir, audit.CheckpointFile), filepath.Join(dir, audit.CheckpointFile+".aside")))
+		v, code, _ = auditVerify(t, "--data", dir)
 		assert.Equal(t, 0, code, "the forged log is sound on its own: %+v", v)
+		require.NoError(t, os.Rename(filepath.Join(dir, audit.CheckpointFile+".aside"), filepath.Join(dir, audit.CheckpointFile)))
 		v, code, _ = auditVerify(t, "--data", dir, "--trusted-checkpoint", saved)
 		assert.Equal(t, exitAudit, code)
 		assert.Equal(t, "FORK", v.Status)
@@ -376,4 +385,53 @@ func TestCrashAuditWritePath(t *testing.T) {
 			}))
 		})
 	}
+}
+
+// A clean stop, however quick, signs every leaf and anchors the
+// checkpoint outside the projection: proofs work at once, and an older
+// projection put back after the stop is refused by serve and by an
+// offline verify, which names the anchor it checked against.
+func TestQuickStopSignsAndAnchors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dir, addr := t.TempDir(), freePort(t)
+	srv := startServer(t, dir, addr, nil)
+	ids := submitEcho(t, srv, "quick", 10)
+	code, err := srv.stop(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	v, code, errOut := auditVerify(t, "--data", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, v.Size, v.CheckpointSize, "a clean stop signs every leaf")
+	assert.Contains(t, strings.Join(v.Anchors, "; "), audit.CheckpointFile+" (at "+strconv.FormatInt(v.Size, 10)+")")
+	require.NotEmpty(t, v.Unchecked, "no server answers: the report says JetStream was not checked")
+	assert.Contains(t, v.Unchecked[0], "jetstream")
+	proof := filepath.Join(t.TempDir(), "op.proof")
+	out, errOut, code := run(t, "audit", "prove", ids[9], "--data", dir, "-o", proof)
+	require.Equal(t, 0, code, out+errOut)
+	out, errOut, code = run(t, "audit", "check-proof", proof, "--data", dir)
+	require.Equal(t, 0, code, out+errOut)
+
+	// Twenty more ops, a stop at once, and the older projection back.
+	older := filepath.Join(t.TempDir(), "older")
+	copyDir(t, filepath.Join(dir, app.StoreDir), older)
+	srv = startServer(t, dir, addr, nil)
+	submitEcho(t, srv, "quick2", 20)
+	_, err = srv.stop(ctx)
+	require.NoError(t, err)
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, app.StoreDir)))
+	copyDir(t, older, filepath.Join(dir, app.StoreDir))
+	v, code, _ = auditVerify(t, "--data", dir)
+	assert.Equal(t, exitAudit, code, "%+v", v)
+	assert.Equal(t, "ROLLBACK", v.Status)
+	out, _, code = run(t, "audit", "verify", "--data", dir)
+	assert.Equal(t, exitAudit, code)
+	assert.Contains(t, out, "anchors:")
+	assert.Contains(t, out, audit.CheckpointFile)
+	code, errOut = serveRefused(t, dir)
+	assert.Equal(t, exitAudit, code, errOut)
+	assert.Contains(t, errOut, "ROLLBACK")
 }

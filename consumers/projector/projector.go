@@ -49,6 +49,10 @@ type Config struct {
 	// this old, whichever comes first. Defaults 1024 and 1s.
 	CheckpointEvery    int
 	CheckpointInterval time.Duration
+	// AnchorDir, if set, is where the newest checkpoint is also written
+	// (audit.CheckpointFile), at most once a CheckpointInterval and at a
+	// clean stop: an anchor outside the projection.
+	AnchorDir string
 	// NoAuditLog writes no leaves: for benchmarks that measure what the
 	// log costs, never for a deployment (serve has no flag for it).
 	NoAuditLog bool
@@ -108,6 +112,8 @@ type Projector struct {
 	// the first of them was committed.
 	unsigned int64
 	since    time.Time
+	anchored time.Time // when AnchorDir last got a checkpoint
+	anchorAt int64     // and the size of that checkpoint
 	latest   atomic.Pointer[audit.Checkpoint]
 	// latestAt is when latest was signed, or when the projector started
 	// (unix ns).
@@ -401,6 +407,13 @@ func (p *Projector) commit(ctx context.Context, b *store.Batch, leaves int64, si
 	p.unsigned = 0
 	p.latest.Store(cp)
 	p.latestAt.Store(time.Now().UnixNano())
+	if p.cfg.AnchorDir != "" && (sign || time.Since(p.anchored) >= p.cfg.CheckpointInterval) {
+		// After the synced commit: the file never covers leaves the
+		// projection could lose.
+		if err := p.anchor(cp); err != nil {
+			return err
+		}
+	}
 	failpoint.Hit(failpoint.AuditAfterCheckpoint, "")
 	if err := p.publishLatest(ctx); err != nil {
 		return err
@@ -421,7 +434,14 @@ func (p *Projector) idleCheckpoint(ctx context.Context) error {
 // finalCheckpoint signs the leaves still unsigned when the projector
 // stops cleanly, so that a stopped log is fully signed.
 func (p *Projector) finalCheckpoint(ctx context.Context) error {
-	if p.cfg.AuditKey == nil || p.unsigned == 0 {
+	if p.cfg.AuditKey == nil {
+		return nil
+	}
+	if p.unsigned == 0 {
+		// Signed already; the file may be a checkpoint interval behind.
+		if cp := p.latest.Load(); cp != nil && p.cfg.AnchorDir != "" && cp.Size > p.anchorAt {
+			return p.anchor(cp)
+		}
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -433,6 +453,15 @@ func (p *Projector) finalCheckpoint(ctx context.Context) error {
 		// Stored, not in JetStream: the next start publishes it.
 		p.cfg.Logger.Warn("final checkpoint not published", "err", err)
 	}
+	return nil
+}
+
+// anchor writes cp to the checkpoint file in AnchorDir.
+func (p *Projector) anchor(cp *audit.Checkpoint) error {
+	if err := audit.WriteCheckpointFile(p.cfg.AnchorDir, cp.Note); err != nil {
+		return fmt.Errorf("projector: %w", err)
+	}
+	p.anchored, p.anchorAt = time.Now(), cp.Size
 	return nil
 }
 

@@ -372,6 +372,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
 		AuditKey: a.AuditKey, Checkpoints: checkpoints,
 		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
+		AnchorDir:  cfg.DataDir,
 		NoAuditLog: cfg.NoAuditLog, Observer: transitions,
 	})
 	if err != nil {

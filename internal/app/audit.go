@@ -84,6 +84,11 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	if err != nil {
 		return nil, err
 	}
+	file, err := audit.CheckpointFileTrusted(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	trusted = append(trusted, file...)
 	start := time.Now()
 	rep, err := audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted})
 	if err != nil {
@@ -93,7 +98,7 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	took := time.Since(start)
 	if rep.OK() {
 		cfg.Logger.Info("audit log verified", "size", rep.Size, "root", rep.Root,
-			"checkpoint", rep.CheckpointSize, "took", took.Round(time.Millisecond))
+			"checkpoint", rep.CheckpointSize, "anchors", rep.Anchors, "took", took.Round(time.Millisecond))
 		return checkpoints, nil
 	}
 	if !cfg.AuditOverride {

@@ -152,6 +152,9 @@ type Report struct {
 	Checkpoints    int      `json:"checkpoints"`
 	CheckpointSize int64    `json:"checkpoint_size"`
 	Trusted        []string `json:"trusted,omitempty"`
+	// Anchors names every checkpoint the log was checked against, with
+	// its size: the log's own newest, then each trusted one.
+	Anchors []string `json:"anchors"`
 	// Latest is the newest checkpoint that verified, for whoever wants
 	// to keep it.
 	Latest   []byte    `json:"-"`
@@ -226,13 +229,20 @@ func Verify(src Source, o Options) (*Report, error) {
 			r.CheckpointSize, r.Latest = c.Size, c.Note
 		}
 	}
+	if r.Checkpoints > 0 {
+		r.Anchors = append(r.Anchors, fmt.Sprintf("the log's own checkpoints (newest at %d)", r.CheckpointSize))
+	} else {
+		r.Anchors = append(r.Anchors, "the log's own checkpoints (none)")
+	}
 	for _, t := range o.Trusted {
 		r.Trusted = append(r.Trusted, t.Name)
 		c, err := OpenCheckpoint(t.Note, o.Verifier)
 		if err != nil {
+			r.Anchors = append(r.Anchors, t.Name+" (does not verify)")
 			r.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
 			continue
 		}
+		r.Anchors = append(r.Anchors, fmt.Sprintf("%s (at %d)", t.Name, c.Size))
 		wants = append(wants, want{size: c.Size, root: c.Root, trusted: t.Name})
 	}
 	slices.SortStableFunc(wants, func(a, b want) int { return cmp.Compare(a.size, b.size) })

@@ -89,7 +89,21 @@ ROOT_MISMATCH, BAD_SIGNATURE, ROLLBACK, FORK, INDEX_MISMATCH) and its
 index otherwise.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Storage or a key that cannot be read is a finding, not a
+			// failure to run: CORRUPT, exit 5, naming the file.
+			unreadable := func(err error) error {
+				rep := audit.UnreadableReport(err)
+				if asJSON {
+					printJSON(cmd.OutOrStdout(), rep)
+				} else {
+					printReport(cmd.OutOrStdout(), rep, 0)
+				}
+				return &exitError{code: exitAudit}
+			}
 			v, err := g.verifierKey(keyPath)
+			if errors.Is(err, audit.ErrUnreadable) {
+				return unreadable(err)
+			}
 			if err != nil {
 				return err
 			}
@@ -102,6 +116,9 @@ index otherwise.`,
 				trusted = append(trusted, audit.Trusted{Name: "trusted", Note: b})
 			}
 			src, _, _, done, err := g.auditSource(cmd.Context(), remote)
+			if errors.Is(err, audit.ErrUnreadable) {
+				return unreadable(err)
+			}
 			if err != nil {
 				return err
 			}

@@ -225,6 +225,18 @@ func TestClusterChaos(t *testing.T) {
 			}
 		case events.StateAmbiguous:
 			assert.Equal(t, events.CodeAmbiguous, out.Code, "op %d", id)
+		case events.StateFailed:
+			// Say why, and what the op's events were, before the check
+			// below fails the test.
+			var evs []string
+			for _, e := range testenv.OpEvents(t, js, clusterWS, out.OpID) {
+				evs = append(evs, e.Short())
+			}
+			t.Logf("op %d (%s) failed: %s: %s; events %v", id, out.OpID, out.Code, out.Message, evs)
+			for _, line := range d.grep(out.OpID) {
+				t.Logf("  %s", line)
+			}
+			assert.Zero(t, n, "op %d (%s) failed but ran", id, out.OpID)
 		default:
 			assert.Zero(t, n, "op %d (%s) ended %s %s but ran", id, out.OpID, out.State, out.Code)
 		}

@@ -173,6 +173,9 @@ func serve(ctx context.Context, cfg app.Config) error {
 	if errors.As(err, &auditErr) {
 		return &exitError{code: exitAudit, err: err}
 	}
+	if errors.Is(err, audit.ErrUnreadable) {
+		return &exitError{code: exitAudit, err: fmt.Errorf("CORRUPT: %w; restore the data dir from a backup, or rebuild the projection (docs/operations.md, \"Rebuilding the projection\")", err)}
+	}
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,18 @@ func LoadKey(dir string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit key: %w", err)
 	}
-	return ParseKey(strings.TrimSpace(string(sk)), strings.TrimSpace(string(pub)))
+	// Which file does not parse is what an operator needs to know.
+	if _, err := note.NewSigner(strings.TrimSpace(string(sk))); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreadable, filepath.Join(dir, KeyFile), err)
+	}
+	if _, err := note.NewVerifier(strings.TrimSpace(string(pub))); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreadable, filepath.Join(dir, PubFile), err)
+	}
+	k, err := ParseKey(strings.TrimSpace(string(sk)), strings.TrimSpace(string(pub)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s and %s: %v", ErrUnreadable, filepath.Join(dir, KeyFile), filepath.Join(dir, PubFile), err)
+	}
+	return k, nil
 }
 
 func createKey(dir string) (*Key, bool, error) {
@@ -134,7 +145,8 @@ func ParseKey(skey, vkey string) (*Key, error) {
 	return &Key{Origin: s.Name(), Signer: s, Verifier: v, Public: vkey}, nil
 }
 
-// ReadVerifier reads a verifier key file (audit.pub).
+// ReadVerifier reads a verifier key file (audit.pub). One that does not
+// parse is ErrUnreadable.
 func ReadVerifier(path string) (note.Verifier, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -142,7 +154,7 @@ func ReadVerifier(path string) (note.Verifier, error) {
 	}
 	v, err := note.NewVerifier(strings.TrimSpace(string(b)))
 	if err != nil {
-		return nil, fmt.Errorf("audit verifier key %s: %w", path, err)
+		return nil, fmt.Errorf("%w: verifier key %s: %v", ErrUnreadable, path, err)
 	}
 	return v, nil
 }

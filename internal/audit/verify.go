@@ -46,6 +46,10 @@ const (
 	// from) does not list exactly the leaves that name an op. Index is the
 	// log's size.
 	IndexMismatch Status = "INDEX_MISMATCH"
+	// Corrupt: a file of the log's storage cannot be read at all (a
+	// checksum that fails, a table or manifest that does not parse); the
+	// detail names the file. Index is the leaves checked before it.
+	Corrupt Status = "CORRUPT"
 )
 
 // Problem is one thing verification found wrong.
@@ -80,6 +84,11 @@ var ErrNoStoredHashes = errors.New("audit: source has no stored hashes")
 // part of a log (a malformed key, a size of the wrong length): Verify
 // reports it as a problem, not as a failure to read.
 var ErrCorrupt = errors.New("audit: corrupt log storage")
+
+// ErrUnreadable wraps a Source's error about a file it cannot read at
+// all (Pebble's corruption errors, a checksum mismatch): CORRUPT. It is
+// an ErrCorrupt too.
+var ErrUnreadable = fmt.Errorf("%w: a file is unreadable", ErrCorrupt)
 
 // OpIndexSource is a Source that keeps an index of each op's leaves.
 type OpIndexSource interface {
@@ -161,6 +170,14 @@ type Report struct {
 	Problems []Problem `json:"problems,omitempty"`
 }
 
+// UnreadableReport is the report on a log whose storage (or key) could
+// not even be opened: CORRUPT, with err naming the file.
+func UnreadableReport(err error) *Report {
+	r := &Report{Status: StatusOK}
+	r.add(1, Corrupt, 0, "%v", err)
+	return r
+}
+
 // OK reports a sound log.
 func (r *Report) OK() bool { return r.Status == StatusOK }
 
@@ -189,6 +206,10 @@ func Verify(src Source, o Options) (*Report, error) {
 	}
 	r := &Report{Status: StatusOK, Origin: o.Verifier.Name()}
 	size, err := src.LogSize()
+	if errors.Is(err, ErrUnreadable) {
+		r.add(o.MaxProblems, Corrupt, 0, "%v", err)
+		return r, nil
+	}
 	if errors.Is(err, ErrCorrupt) {
 		r.add(o.MaxProblems, LeafMismatch, 0, "%v", err)
 		return r, nil
@@ -206,6 +227,10 @@ func Verify(src Source, o Options) (*Report, error) {
 	}
 	var wants []want
 	sizes, notes, err := src.Checkpoints()
+	if errors.Is(err, ErrUnreadable) {
+		r.add(o.MaxProblems, Corrupt, 0, "%v", err)
+		return r, nil
+	}
 	if errors.Is(err, ErrCorrupt) {
 		r.add(o.MaxProblems, BadSignature, 0, "%v", err)
 		return r, nil
@@ -270,7 +295,10 @@ func Verify(src Source, o Options) (*Report, error) {
 			o.Progress(n, size)
 		}
 	})
-	if errors.Is(err, ErrCorrupt) {
+	if errors.Is(err, ErrUnreadable) {
+		r.add(o.MaxProblems, Corrupt, w.leaves, "%v", err)
+		return r, nil
+	} else if errors.Is(err, ErrCorrupt) {
 		r.add(o.MaxProblems, LeafMismatch, w.leaves, "%v", err)
 	} else if err != nil {
 		return nil, err
@@ -310,6 +338,10 @@ func Verify(src Source, o Options) (*Report, error) {
 	// that ends before the projection's last event lost its tail.
 	if as, ok := src.(AppliedSource); ok && r.Status == StatusOK {
 		applied, err := as.Applied()
+		if errors.Is(err, ErrUnreadable) {
+			r.add(o.MaxProblems, Corrupt, size, "%v", err)
+			return r, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -322,6 +354,10 @@ func Verify(src Source, o Options) (*Report, error) {
 	if ix, ok := src.(OpIndexSource); ok && r.Status == StatusOK {
 		var idx opSum
 		err := ix.OpIndex(func(op []byte, i int64) error { idx.add(op, i); return nil })
+		if errors.Is(err, ErrUnreadable) {
+			r.add(o.MaxProblems, Corrupt, size, "%v", err)
+			return r, nil
+		}
 		if err != nil && !errors.Is(err, ErrCorrupt) {
 			return nil, err
 		}

@@ -52,7 +52,7 @@ func (s *Store) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 			return nil, fmt.Errorf("store: stored hash %d missing", idx)
 		}
 		if err != nil {
-			return nil, err
+			return nil, corrupt(err)
 		}
 		n := copy(out[i][:], v)
 		closer.Close()
@@ -70,7 +70,7 @@ func (s *Store) Leaf(i int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: leaf %d", ErrNotFound, i)
 	}
 	if err != nil {
-		return nil, err
+		return nil, corrupt(err)
 	}
 	defer closer.Close()
 	return append([]byte{}, v...), nil
@@ -114,7 +114,7 @@ func (s *Store) LatestCheckpoint() ([]byte, error) {
 	}
 	defer it.Close()
 	if !it.Last() {
-		return nil, it.Error()
+		return nil, corrupt(it.Error())
 	}
 	return append([]byte{}, it.Value()...), nil
 }
@@ -134,7 +134,7 @@ func (s *Store) scan(prefix []byte, from int64, fn func(int64, []byte) error) er
 			return err
 		}
 	}
-	return it.Error()
+	return corrupt(it.Error())
 }
 
 // appender is the store's audit tree writer, created on first use from
@@ -174,7 +174,7 @@ func (s *Store) OpLeaves(op string) ([]int64, error) {
 		}
 		out = append(out, int64(binary.BigEndian.Uint64(k)))
 	}
-	return out, it.Error()
+	return out, corrupt(it.Error())
 }
 
 // AppendLeaf adds a leaf to the audit log in this batch: the leaf, its
@@ -294,7 +294,7 @@ func (s *Store) pruneCheckpoints(pb writer, max int, size int64) (delta int, err
 		}
 		deleted++
 	}
-	return 1 - deleted, it.Error()
+	return 1 - deleted, corrupt(it.Error())
 }
 
 // HashCursor reads the stored hashes in index order, as stored.
@@ -334,7 +334,7 @@ func (c *hashCursor) Err() error {
 	if c.err != nil {
 		return c.err
 	}
-	return c.it.Error()
+	return corrupt(c.it.Error())
 }
 
 func (c *hashCursor) Close() error { return c.it.Close() }
@@ -355,5 +355,5 @@ func (s *Store) OpIndex(fn func(op []byte, index int64) error) error {
 			return err
 		}
 	}
-	return it.Error()
+	return corrupt(it.Error())
 }

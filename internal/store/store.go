@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/airlock-dev/airlock/events"
@@ -72,7 +73,13 @@ func Open(dir string) (*Store, error) { return open(dir, false) }
 func OpenReadOnly(dir string) (*Store, error) { return open(dir, true) }
 
 func open(dir string, readOnly bool) (*Store, error) {
-	opts := &pebble.Options{Logger: quietLogger{}, ReadOnly: readOnly, MemTableSize: 64 << 20}
+	opts := &pebble.Options{Logger: quietLogger{}, ReadOnly: readOnly, MemTableSize: 64 << 20,
+		// Pebble's default for a corrupt block is to die (Logger.Fatalf):
+		// here the read that found it returns a corruption error, which
+		// the store reports as audit.ErrCorrupt, naming the file.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			quietLogger{}.Errorf("corruption in %s", info.Path)
+		}}}
 	// Most lookups in the projector are for ops that do not exist yet:
 	// bloom filters answer those without reading blocks.
 	for i := range opts.Levels {
@@ -80,12 +87,12 @@ func open(dir string, readOnly bool) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return nil, fmt.Errorf("open store %s: %w", dir, corrupt(err))
 	}
 	s := &Store{db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1}
 	if err := s.loadCounts(readOnly); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
+		return nil, fmt.Errorf("open store %s: %w", dir, corrupt(err))
 	}
 	return s, nil
 }
@@ -103,7 +110,7 @@ func (s *Store) uint64Key(key []byte, what string) (uint64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, corrupt(err)
 	}
 	defer closer.Close()
 	if len(v) != 8 {
@@ -376,6 +383,38 @@ func (quietLogger) Infof(string, ...any) {}
 func (quietLogger) Errorf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
 }
+
+// Fatalf is Pebble giving up on its own state (a broken invariant, a
+// failed commit): the process exits, without a stack trace, with the
+// audit status 5 and CORRUPT when the message says corruption.
 func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
+	msg := fmt.Sprintf(format, args...)
+	if strings.Contains(strings.ToLower(msg), "corrupt") {
+		fmt.Fprintf(os.Stderr, "airlock: CORRUPT: the projection store: pebble: %s\n", msg)
+		os.Exit(ExitCorrupt)
+	}
+	fmt.Fprintf(os.Stderr, "airlock: pebble: fatal: %s\n", msg)
+	os.Exit(1)
+}
+
+// ExitCorrupt is the exit status of a process that found its store
+// corrupt: the audit status.
+const ExitCorrupt = 5
+
+// corrupt marks a Pebble corruption error, or one that names a file
+// Pebble could not parse, as audit.ErrUnreadable.
+func corrupt(err error) error {
+	if err == nil || errors.Is(err, audit.ErrUnreadable) {
+		return err
+	}
+	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "corrupt") || strings.Contains(err.Error(), "checksum") ||
+		strings.Contains(err.Error(), "invalid options") || strings.Contains(err.Error(), "MANIFEST") || strings.Contains(err.Error(), "OPTIONS") {
+		return fmt.Errorf("%w: %s", audit.ErrUnreadable, firstLine(err.Error()))
+	}
+	return err
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }

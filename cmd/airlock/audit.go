@@ -123,6 +123,13 @@ index otherwise.`,
 				return err
 			}
 			defer done()
+			// Offline, every block of every table: a flipped byte in one
+			// that no scan of the log reads is found too.
+			if st, ok := src.(*store.Store); ok {
+				if err := st.CheckTables(cmd.Context()); err != nil {
+					return unreadable(err)
+				}
+			}
 			if !remote {
 				file, err := audit.CheckpointFileTrusted(g.data)
 				if err != nil {

@@ -174,7 +174,7 @@ func serve(ctx context.Context, cfg app.Config) error {
 		return &exitError{code: exitAudit, err: err}
 	}
 	if errors.Is(err, audit.ErrUnreadable) {
-		return &exitError{code: exitAudit, err: fmt.Errorf("CORRUPT: %w; restore the data dir from a backup, or rebuild the projection (docs/operations.md, \"Rebuilding the projection\")", err)}
+		return &exitError{code: exitAudit, err: fmt.Errorf("CORRUPT: %w; restore the file named: audit.key and audit.pub from another data dir of the deployment or a backup, a projection/ file by rebuilding the projection (docs/operations.md, \"Rebuilding the projection\")", err)}
 	}
 	if err != nil {
 		return err

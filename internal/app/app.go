@@ -360,6 +360,17 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err := runner.Provision(sctx); err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
+	if a.Server != nil {
+		// The embedded server has no other consumer than this process:
+		// whatever is delivered and unacknowledged was left by its
+		// previous life. Delivered again now, its claims are recovered
+		// at once instead of one claim timeout after the crash.
+		for _, st := range []string{streams.Requests, streams.Ops} {
+			if _, err := streams.RedeliverOrphans(sctx, a.Conn, a.JetStream, st, cfg.Logger); err != nil {
+				cfg.Logger.Warn("left to redelivery after the claim timeout", "err", err)
+			}
+		}
+	}
 	scrubber, err := projector.NewScrubber(projector.ScrubberConfig{
 		JetStream: a.JetStream, Store: a.Store, Interval: cfg.ScrubInterval, Logger: cfg.Logger,
 		SecureBacklog: cfg.ScrubSecureBacklog,

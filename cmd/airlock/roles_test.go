@@ -59,24 +59,14 @@ func TestWrongRoleFailsAtOnce(t *testing.T) {
 	assert.False(t, res.Pending)
 
 	// A hold to resolve.
-	out, _, code = srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", `{"x":1}`, "--json")
-	require.Equal(t, 3, code, out)
-	var held struct {
-		OpID   string `json:"op_id"`
-		HoldID string `json:"hold_id"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(out), &held))
-	require.Eventually(t, func() bool {
-		_, _, code := srv.run(t, "holds", "show", held.HoldID)
-		return code == 0
-	}, 10*time.Second, 50*time.Millisecond)
+	heldOp, heldID := submitHeld(t, srv, "review", "count", `{"x":1}`)
 
 	for _, c := range []struct {
 		name, creds, needs string
 		args               []string
 	}{
-		{"agent grants", "agent", "needs an approver credential", []string{"holds", "grant", held.HoldID, "--reason", "mine"}},
-		{"operator grants", "operator", "needs an approver credential", []string{"holds", "grant", held.HoldID, "--reason", "mine"}},
+		{"agent grants", "agent", "needs an approver credential", []string{"holds", "grant", heldID, "--reason", "mine"}},
+		{"operator grants", "operator", "needs an approver credential", []string{"holds", "grant", heldID, "--reason", "mine"}},
 		{"agent sets a mode", "agent", "needs an operator credential", []string{"ctl", "mode", "review", "auto", "--reason", "sneaky"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -89,7 +79,7 @@ func TestWrongRoleFailsAtOnce(t *testing.T) {
 			assert.NotContains(t, errOut, "deadline exceeded")
 		})
 	}
-	out, _, code = srv.run(t, "ops", "get", held.OpID, "--json")
+	out, _, code = srv.run(t, "ops", "get", heldOp, "--json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"state":"held"`, "nothing a refused command sent changed the op")
 
@@ -112,21 +102,7 @@ func TestGrantSaysWhereTheOpWent(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	srv := startServer(t, t.TempDir(), freePort(t), []string{"AIRLOCK_TEST_LEDGER=" + t.TempDir()}, "--workspace-mode", "review=confirm")
-	hold := func(args string) (string, string) {
-		t.Helper()
-		out, _, code := srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", args, "--json")
-		require.Equal(t, 3, code, out)
-		var held struct {
-			OpID   string `json:"op_id"`
-			HoldID string `json:"hold_id"`
-		}
-		require.NoError(t, json.Unmarshal([]byte(out), &held))
-		require.Eventually(t, func() bool {
-			_, _, code := srv.run(t, "holds", "show", held.HoldID)
-			return code == 0
-		}, 10*time.Second, 50*time.Millisecond)
-		return held.OpID, held.HoldID
-	}
+	hold := func(args string) (string, string) { return submitHeld(t, srv, "review", "count", args) }
 
 	// Granted and run.
 	op, h := hold(`{"n":1}`)
@@ -158,4 +134,22 @@ func TestGrantSaysWhereTheOpWent(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, `"state":"denied"`)
 	assert.True(t, strings.Contains(out, "WORKSPACE_LOCKED"), out)
+}
+
+// submitHeld submits a request that policy holds and waits until an
+// approver can see its hold; it returns the op and hold ids.
+func submitHeld(t *testing.T, srv *server, ws, tool, args string) (string, string) {
+	t.Helper()
+	out, _, code := srv.run(t, "submit", "--ws", ws, "--tool", tool, "--args", args, "--json")
+	require.Equal(t, 3, code, out)
+	var held struct {
+		OpID   string `json:"op_id"`
+		HoldID string `json:"hold_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &held))
+	require.Eventually(t, func() bool {
+		_, _, code := srv.run(t, "holds", "show", held.HoldID)
+		return code == 0
+	}, 10*time.Second, 50*time.Millisecond)
+	return held.OpID, held.HoldID
 }

@@ -53,6 +53,12 @@ type Config struct {
 	// own attempts (Lost.Own), and only of those. Default: a random id per
 	// Runner, which takes no attempt of an earlier run for its own.
 	Instance string
+	// RequestTries is how many deliveries of a decided event a runner
+	// reads its request for before it takes "not found" for gone and
+	// fails the op REQUEST_UNAVAILABLE, a second apart; default 5. On a
+	// cluster a node that has just become the requests stream's leader
+	// can answer "not found" for a request it stores a moment later.
+	RequestTries int
 	// Host is the host name claims record; default os.Hostname().
 	Host string
 	// OwnerTries is how many more deliveries an op whose lost attempt only
@@ -87,6 +93,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RecordFor <= 0 {
 		c.RecordFor = 2 * c.ClaimTimeout
+	}
+	if c.RequestTries <= 0 {
+		c.RequestTries = 5
 	}
 	if c.Group == "" {
 		c.Group = streams.DefaultExecutorGroup

@@ -21,6 +21,11 @@ func (r *Runner) unfetched(ctx context.Context, ex Executor, j *job) error {
 	if events.CodeOf(j.fetch) != events.CodeRequestUnavailable {
 		return fmt.Errorf("%w: %w", errNotClaimed, j.fetch)
 	}
+	if oplog.NotFound(j.fetch) && j.d.n < uint64(r.cfg.RequestTries) {
+		// A leader elected a moment ago may not store it yet: read it
+		// again before calling it gone.
+		return fmt.Errorf("%w: delivery %d of %d: %w", errNotClaimed, j.d.n, r.cfg.RequestTries, j.fetch)
+	}
 	failed := &events.Failed{OpHeader: hdr(j.d.item), Code: events.CodeRequestUnavailable, Message: j.fetch.Error()}
 	_, err := r.append(ctx, j.d.item, j.d.item.ReadySeq, events.TypeFailed, failed)
 	switch {

@@ -281,3 +281,37 @@ func TestLostClaimOfAnEarlierVersionIsInDoubt(t *testing.T) {
 	assert.False(t, lost.Own)
 	assert.True(t, lost.StartedAt.IsZero())
 }
+
+// A decided event whose request the stream does not hold is read again
+// for RequestTries deliveries, a second apart (a leader elected a moment
+// ago may store it later), then the op fails REQUEST_UNAVAILABLE.
+func TestRequestNotFoundIsReadAgainBeforeTheOpFails(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	op, _ := readyOp(t, n, "echo", `{"gone":true}`)
+	requests, err := n.JetStream.Stream(context.Background(), streams.Requests)
+	require.NoError(t, err)
+	info, err := requests.Info(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, requests.DeleteMsg(context.Background(), info.State.LastSeq))
+	reg, err := executor.NewRegistry(executor.Echo{})
+	require.NoError(t, err)
+	r, err := executor.NewRunner(executor.Config{JetStream: n.JetStream, Registry: reg, ClaimTimeout: 5 * time.Second, Instance: thisInstance, RequestTries: 3})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	var last *oplog.Event
+	require.Eventually(t, func() bool {
+		last, err = oplog.Last(context.Background(), ops, "rec", op)
+		require.NoError(t, err)
+		return last.Type == events.TypeFailed
+	}, 20*time.Second, 20*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(start), 2*time.Second, "two more reads, a second apart, before it fails")
+	f := last.Data.(*events.Failed)
+	assert.Equal(t, events.CodeRequestUnavailable, f.Code)
+	assert.Contains(t, f.Message, "is gone")
+}

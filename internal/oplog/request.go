@@ -35,13 +35,28 @@ func RequestMsg(ctx context.Context, js jetstream.JetStream, requests jetstream.
 		raw, err = LeaderMsg(ctx, js, info.Config.Name, seq)
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil, events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)
+		return nil, nil, &notFound{err: events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("fetch request %d: %w", seq, err)
 	}
 	req, err := ParseRequest(raw.Header, raw.Data, seq, opID)
 	return req, raw.Header, err
+}
+
+// notFound is the REQUEST_UNAVAILABLE of a request the stream said it
+// does not hold (rather than one that does not decode or is another
+// op's): NotFound reports it.
+type notFound struct{ err *events.Error }
+
+func (e *notFound) Error() string { return e.err.Error() }
+func (e *notFound) Unwrap() error { return e.err }
+
+// NotFound reports whether err is Request's answer for a request message
+// the stream said it does not hold.
+func NotFound(err error) bool {
+	var nf *notFound
+	return errors.As(err, &nf)
 }
 
 // ParseRequest decodes the request message at seq and checks that it is the

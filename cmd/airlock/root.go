@@ -37,7 +37,8 @@ func execute(ctx context.Context) error {
 	g.ctx, g.refuse = context.WithCancelCause(ctx)
 	defer g.refuse(nil)
 	err := newRoot(g).ExecuteContext(g.ctx)
-	if r := g.refused(); r != nil {
+	if r := g.refused(); r != nil && events.CodeOf(err) != events.CodePermissionDenied {
+		// (A command that explained the refusal itself keeps its words.)
 		var ee *exitError
 		if errors.As(err, &ee) && ee.err == nil {
 			// The command printed its outcome (--json) already.

@@ -159,7 +159,7 @@ func newWatcher(nc *nats.Conn, ws string) (*watcher, error) {
 	}
 	// The server answers a refused subscription before the flush's PONG.
 	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) {
-		return nil, errors.New("the server refused the subscriptions: watching needs an approver, operator or auditor credential")
+		return nil, events.Errorf(events.CodePermissionDenied, "the server refused the subscriptions: watching needs an approver, operator or auditor credential")
 	}
 	if err := ensureLive(nc); err != nil {
 		w.feed = err.Error()

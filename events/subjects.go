@@ -49,6 +49,14 @@ const (
 // another agent or workspace than its subject.
 func RequestSubject(ws, agent string) string { return SubjectRoot + ".req." + ws + "." + agent }
 
+// HeldSubject is where AIRLOCK_HELD keeps the request of held op op: a
+// copy taken out of AIRLOCK_REQUESTS, so that a hold, which may last
+// hours, does not keep the blocks of other ops' requests on disk.
+func HeldSubject(op string) string { return SubjectRoot + ".held." + op }
+
+// HeldSubjects are the subjects of AIRLOCK_HELD.
+const HeldSubjects = SubjectRoot + ".held.>"
+
 // LiveSubject is the subject AIRLOCK_OPS republishes a message stored on
 // subject to (see LivePrefix).
 func LiveSubject(subject string) string {

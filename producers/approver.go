@@ -76,6 +76,10 @@ func (a *Approver) Args(ctx context.Context, op *events.Op) (args json.RawMessag
 		return nil, "", &events.Error{Code: events.CodeUnavailable, Message: "requests stream: " + err.Error(), Retryable: true}
 	}
 	req, err := oplog.Request(ctx, nil, st, op.RequestSeq, op.ID)
+	if oplog.NotFound(err) {
+		// A held op's request is kept in AIRLOCK_HELD while it is held.
+		req, err = oplog.HeldRequest(ctx, a.nc, nil, op.ID)
+	}
 	if err != nil {
 		return nil, "", err
 	}

@@ -256,6 +256,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	for _, a := range adms {
 		seq, err := a.append.Wait(wctx, g.ops)
 		copyOf := false // the message is a second copy of an op's request
+		held := false   // the op is held, and this message is its request
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
 			r, reqSeq, err := g.existing(wctx, a.req, a.opID)
@@ -265,6 +266,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			}
 			a.reply = &r
 			copyOf = reqSeq != 0 && reqSeq != a.reqSeq
+			held = r.State == events.StateHeld && reqSeq == a.reqSeq
 		case err != nil:
 			g.retry(a.m, "admit "+a.opID, err)
 			continue
@@ -273,9 +275,18 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				a.reply = &r
 			}
 			g.cfg.Logger.Debug("op admitted", "op", a.opID, "ws", a.req.Workspace, "state", a.state, "seq", seq)
+			held = a.state == events.StateHeld
 		}
 		if a.reply != nil {
 			g.reply(replyTo(a.m), *a.reply)
+		}
+		if held {
+			// A hold lasts; its request leaves AIRLOCK_REQUESTS so that
+			// it does not keep its neighbours' deleted requests on disk.
+			if err := oplog.MoveToHeld(wctx, g.cfg.JetStream, g.reqs, a.reqSeq, a.opID); err != nil {
+				g.retry(a.m, "move held request "+a.opID, err)
+				continue
+			}
 		}
 		if copyOf {
 			// The op reads its args from the message that created it;

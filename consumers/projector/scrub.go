@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,7 @@ type Scrubber struct {
 	cfg     ScrubberConfig
 	erased  atomic.Uint64
 	deleted atomic.Uint64
+	held    jetstream.Stream // AIRLOCK_HELD, opened when first needed (one sweep at a time)
 }
 
 // NewScrubber returns a scrubber.
@@ -134,6 +136,20 @@ func (s *Scrubber) Run(ctx context.Context) error {
 	}
 }
 
+// heldStream opens AIRLOCK_HELD the first time a page of the index has an
+// op that was held.
+func (s *Scrubber) heldStream(ctx context.Context, todo []store.Scrub) (jetstream.Stream, error) {
+	if s.held != nil || !slices.ContainsFunc(todo, func(sc store.Scrub) bool { return sc.Held }) {
+		return s.held, nil
+	}
+	st, err := s.cfg.JetStream.Stream(ctx, streams.Held)
+	if err != nil {
+		return nil, fmt.Errorf("scrub: %s: %w", streams.Held, err)
+	}
+	s.held = st
+	return st, nil
+}
+
 // Sweep erases the request of every op in the scrub index and returns how
 // many entries it settled. An entry whose erasure failed stays for the
 // next sweep.
@@ -150,6 +166,10 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		if plain {
 			erase, workers = oplog.DeleteRequest, deleteWorkers
 		}
+		held, err := s.heldStream(ctx, todo)
+		if err != nil {
+			return n, err
+		}
 		sem := make(chan struct{}, workers)
 		var wg sync.WaitGroup
 		for i, sc := range todo {
@@ -158,6 +178,11 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				errs[i] = erase(ctx, st, sc.RequestSeq)
+				if errs[i] == nil && sc.Held {
+					// The copy a hold kept in AIRLOCK_HELD, erased
+					// securely whatever the backlog: that stream is small.
+					errs[i] = oplog.EraseHeld(ctx, s.cfg.JetStream, held, sc.OpID)
+				}
 			}()
 		}
 		wg.Wait()

@@ -188,8 +188,9 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond)
 	held, err := a.Store.Op(opID)
 	require.NoError(t, err)
-	_, err = reqs.GetMsg(ctxT(t), held.RequestSeq)
-	require.NoError(t, err, "the held op's request is kept")
+	heldReq, err := oplog.HeldRequest(ctxT(t), a.Conn, a.JetStream, opID)
+	require.NoError(t, err, "the held op's request is kept, in AIRLOCK_HELD")
+	assert.Equal(t, held.ArgsDigest, events.ArgsDigest(heldReq.Args))
 	assert.Equal(t, first.HoldID, again.HoldID)
 	assert.Equal(t, first.HoldExpiresAt, again.HoldExpiresAt, "the same hold, not a new one")
 

@@ -233,7 +233,7 @@ func TestNoPlaintextAtRest(t *testing.T) {
 
 	// Every message of both streams, read back: only the held op's request
 	// holds a marker, its own.
-	for _, name := range []string{streams.Requests, streams.Ops} {
+	for _, name := range []string{streams.Requests, streams.Ops, streams.Held} {
 		st, err := a.JetStream.Stream(ctx, name)
 		require.NoError(t, err)
 		last := st.CachedInfo().State.LastSeq
@@ -250,8 +250,8 @@ func TestNoPlaintextAtRest(t *testing.T) {
 			}
 			all.Write(raw.Data)
 			found := m.find(all.Bytes())
-			if name == streams.Requests && seq == keptOp.RequestSeq {
-				assert.Equal(t, []string{"kept"}, found)
+			if name == streams.Held && raw.Subject == events.HeldSubject(keptOp.ID) {
+				assert.Equal(t, []string{"kept"}, found, "the pending hold's request, moved out of %s", streams.Requests)
 				continue
 			}
 			assert.Empty(t, found, "%s message %d (%s) holds plaintext", name, seq, raw.Subject)
@@ -276,7 +276,7 @@ func TestNoPlaintextAtRest(t *testing.T) {
 	require.NoError(t, db.Close())
 	assert.Positive(t, keys)
 
-	requestsDir := filepath.Join("streams", streams.Requests) + string(filepath.Separator)
+	heldDir := filepath.Join("streams", streams.Held) + string(filepath.Separator)
 	files := 0
 	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
@@ -288,7 +288,7 @@ func TestNoPlaintextAtRest(t *testing.T) {
 			return err
 		}
 		found := m.find(b)
-		if len(found) == 1 && found[0] == "kept" && strings.Contains(path, requestsDir) {
+		if len(found) == 1 && found[0] == "kept" && strings.Contains(path, heldDir) {
 			return nil // the pending hold's request
 		}
 		assert.Empty(t, found, "file %s holds plaintext", path)

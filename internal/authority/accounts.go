@@ -85,7 +85,7 @@ func Imports() []Import {
 		{Subject: resolveAll, Why: "approvers resolve holds"},
 		{Subject: controlAll, Why: "operators send controls"},
 	}
-	for _, s := range []string{streams.Ops, streams.Requests, auditStream} {
+	for _, s := range []string{streams.Ops, streams.Requests, streams.Held, auditStream} {
 		ims = append(ims,
 			Import{Subject: streamInfo(s), Why: s + "'s info, which the JetStream client reads before a direct get"},
 			Import{Subject: directGetBody(s), Why: "direct get from " + s + " by sequence"},

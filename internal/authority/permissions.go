@@ -103,9 +103,10 @@ func readStream(stream string) []string {
 	return []string{streamInfo(stream), directGetBody(stream), directGetLast(stream)}
 }
 
-// readStreams reads both of Airlock's streams and the audit checkpoints.
+// readStreams reads Airlock's streams (the held requests too) and the
+// audit checkpoints.
 func readStreams() []string {
-	return join(readStream(streams.Requests), readStream(streams.Ops), readStream(auditStream))
+	return join(readStream(streams.Requests), readStream(streams.Ops), readStream(streams.Held), readStream(auditStream))
 }
 
 // auditStream backs the audit checkpoint bucket.

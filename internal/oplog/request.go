@@ -24,6 +24,8 @@ func Request(ctx context.Context, js jetstream.JetStream, requests jetstream.Str
 }
 
 // RequestMsg is Request, and also returns the request message's header.
+// With js set, a request moved to AIRLOCK_HELD (a held op's) is read
+// there; a client without js reads it with HeldMsg.
 //
 // A direct get may be answered by a replica that has not stored the
 // request yet, and its "not found" says nothing: with js set, such an
@@ -33,6 +35,10 @@ func RequestMsg(ctx context.Context, js jetstream.JetStream, requests jetstream.
 	raw, err := requests.GetMsg(ctx, seq)
 	if info := requests.CachedInfo(); errors.Is(err, jetstream.ErrMsgNotFound) && js != nil && info != nil && info.Config.AllowDirect {
 		raw, err = LeaderMsg(ctx, js, info.Config.Name, seq)
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) && js != nil {
+		// A held op's request is in AIRLOCK_HELD.
+		raw, err = HeldMsg(ctx, js.Conn(), js, opID)
 	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil, &notFound{err: events.Errorf(events.CodeRequestUnavailable, "request message %d is gone", seq)}

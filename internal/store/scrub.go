@@ -34,11 +34,22 @@ func markScrub(pb writer, e *entry) error {
 	if e.from.Terminal() || !e.op.State.Terminal() || e.op.RequestSeq == 0 {
 		return nil
 	}
-	return pb.Set(orderKey(scrubPrefix, e.op), seqBytes(e.op.RequestSeq), nil)
+	return pb.Set(orderKey(scrubPrefix, e.op), scrubValue(e.op), nil)
 }
 
 func seqBytes(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(nil, seq)
+}
+
+// scrubValue is a scrub entry's value: the request's sequence, and a
+// ninth byte 1 when the op was held (its request was moved to
+// AIRLOCK_HELD, which the scrub erases too).
+func scrubValue(op *events.Op) []byte {
+	v := seqBytes(op.RequestSeq)
+	if op.HoldID != "" {
+		v = append(v, 1)
+	}
+	return v
 }
 
 // Scrub is one entry of the scrub index: the terminal op OpID, whose
@@ -46,7 +57,9 @@ func seqBytes(seq uint64) []byte {
 type Scrub struct {
 	OpID       string
 	RequestSeq uint64
-	key        []byte
+	// Held: the op was held, and its request copied to AIRLOCK_HELD.
+	Held bool
+	key  []byte
 }
 
 // PendingScrubs returns up to limit entries of the scrub index, oldest
@@ -61,12 +74,13 @@ func (s *Store) PendingScrubs(limit int) ([]Scrub, error) {
 	var out []Scrub
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		k, v := it.Key(), it.Value()
-		if len(k) < len(prefix)+9 || len(v) != 8 {
+		if len(k) < len(prefix)+9 || (len(v) != 8 && len(v) != 9) {
 			return nil, fmt.Errorf("store: malformed scrub entry %q", k)
 		}
 		out = append(out, Scrub{
 			OpID:       string(k[len(prefix)+9:]),
 			RequestSeq: binary.BigEndian.Uint64(v),
+			Held:       len(v) == 9 && v[8] == 1,
 			key:        append([]byte(nil), k...),
 		})
 	}
@@ -161,7 +175,7 @@ func (s *Store) indexState(st events.State) (indexed, rewritten int, err error) 
 			rewritten++
 		}
 		if op.RequestSeq != 0 {
-			if err := pb.Set(orderKey(scrubPrefix, op), seqBytes(op.RequestSeq), nil); err != nil {
+			if err := pb.Set(orderKey(scrubPrefix, op), scrubValue(op), nil); err != nil {
 				return indexed, rewritten, err
 			}
 			indexed++

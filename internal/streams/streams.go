@@ -24,6 +24,9 @@ const (
 	// Ops holds every op transition and every rejection: the one ordered
 	// log the projector folds and executors take work from.
 	Ops = "AIRLOCK_OPS"
+	// Held is the stream of held ops' requests (argument plaintext), one
+	// per op, moved out of Requests while the hold lasts.
+	Held = "AIRLOCK_HELD"
 	// GateConsumer is the gate's durable consumer of requests.
 	GateConsumer = "airlock-gate"
 	// ResumeConsumer is the gate's durable consumer of granted events.
@@ -102,6 +105,28 @@ func RequestsConfig(c Config) jetstream.StreamConfig {
 	}
 }
 
+// HeldConfig is the configuration of the held requests stream: one
+// message per held op (the request, as it was published), erased with the
+// op's other request bytes when the op ends. Few ops are held at once, so
+// its blocks are small and a secure delete there is cheap.
+func HeldConfig(c Config) jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:              Held,
+		Description:       "Airlock held ops' requests (argument plaintext), while they are held",
+		Subjects:          []string{events.HeldSubjects},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           storage(c),
+		Replicas:          c.Replicas,
+		Duplicates:        c.Duplicates,
+		MaxMsgSize:        MaxMsgBytes,
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardNew,
+		AllowDirect:       true,
+		DenyPurge:         true,
+	}
+}
+
 // OpsConfig is the configuration of the ops stream.
 func OpsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
@@ -173,7 +198,7 @@ func storage(c Config) jetstream.StorageType {
 // Airlock's whole config, but the live feed alone changes nothing else
 // (SetLive): an existing stream keeps its RePublish through the update.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c)} {
+	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c)} {
 		if st, err := js.Stream(ctx, sc.Name); err == nil {
 			have := st.CachedInfo().Config
 			sc.RePublish = have.RePublish

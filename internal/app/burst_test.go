@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
-	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -76,17 +75,7 @@ func TestNoPlaintextAfterABurstWithHoldsPending(t *testing.T) {
 
 	// Everything settles: every request handled by the gate, every ended
 	// op's request scrubbed.
-	ctx := ctxT(t)
-	gateCons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := gateCons.Info(ctx)
-		if err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
-			return false
-		}
-		pending, err := a.Store.PendingScrubs(10)
-		return err == nil && len(pending) == 0
-	}, 60*time.Second, 50*time.Millisecond)
+	waitScrubbed(t, a, 60*time.Second)
 	// The file store writes deletes to disk at its next flush.
 	time.Sleep(500 * time.Millisecond)
 

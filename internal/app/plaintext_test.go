@@ -212,16 +212,7 @@ func TestNoPlaintextAtRest(t *testing.T) {
 		require.True(t, waitTerminal(t, a, id).State.Terminal())
 	}
 	ctx := ctxT(t)
-	gateCons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := gateCons.Info(ctx)
-		if err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
-			return false
-		}
-		pending, err := a.Store.PendingScrubs(10)
-		return err == nil && len(pending) == 0
-	}, 20*time.Second, 20*time.Millisecond)
+	waitScrubbed(t, a, 20*time.Second)
 
 	// The held op's args are still there and readable.
 	keptOp, err := a.Store.Op(kept.OpID)
@@ -301,4 +292,21 @@ func TestNoPlaintextAtRest(t *testing.T) {
 	ledgers, err := os.ReadDir(filepath.Join(dir, "ledger", "exec"))
 	require.NoError(t, err)
 	assert.Empty(t, ledgers)
+}
+
+// waitScrubbed waits until the gate has handled every request message and
+// the scrub index is empty: every ended op's request erased.
+func waitScrubbed(t *testing.T, a *app.App, within time.Duration) {
+	t.Helper()
+	ctx := ctxT(t)
+	gateCons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := gateCons.Info(ctx)
+		if err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
+			return false
+		}
+		pending, err := a.Store.PendingScrubs(10)
+		return err == nil && len(pending) == 0
+	}, within, 20*time.Millisecond)
 }

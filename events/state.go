@@ -98,6 +98,12 @@ type Op struct {
 	// Started says that the newest claim's attempt has its started event:
 	// it may have taken effect.
 	Started bool `json:"started,omitempty"`
+	// Instance and Host name the data dir and the machine of the newest
+	// claim's runner, and ClaimedAt when it claimed: who an executing op
+	// waits for.
+	Instance  string     `json:"instance,omitempty"`
+	Host      string     `json:"host,omitempty"`
+	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
 	// ResultDigest and ResultBytes describe a completed op's result, which
 	// is not kept: only the reply to the request carried it.
 	ResultDigest string `json:"result_digest,omitempty"`
@@ -160,6 +166,9 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.Attempt = d.Attempt
 		op.Attempts++
 		op.Started = false
+		op.Instance, op.Host = d.Instance, d.Host
+		claimed := at
+		op.ClaimedAt = &claimed
 	case *Started:
 		op.Started = true
 	case *Completed:

@@ -277,13 +277,14 @@ func TestApplyLifecycle(t *testing.T) {
 	sum := testSummary()
 	holdExp := t0.Add(time.Hour)
 	grantedAt := t0.Add(2 * time.Minute) // the second event
+	claimedAt := t0.Add(5 * time.Minute) // the recovery's claim
 	want := events.Op{
 		ID: testOpID, Workspace: "acme", State: events.StateCompleted,
 		Agent: sum.Agent, Tool: sum.Tool, Class: sum.Class, Fingerprint: sum.Fingerprint,
 		ArgsDigest: sum.ArgsDigest, RequestSeq: sum.RequestSeq,
 		PolicyHash: "sha256:p1", Reason: "tool allowed", HoldID: "hold_1",
 		HoldExpiresAt: &holdExp, Approver: "alice", Resolution: "grant", ResolvedAt: &grantedAt,
-		Attempt: "a2", Attempts: 2,
+		Attempt: "a2", Attempts: 2, ClaimedAt: &claimedAt,
 		ResultDigest: "sha256:r9", ResultBytes: 24,
 		Scrubbed: true,
 		Version:  7, FirstSeq: 1,

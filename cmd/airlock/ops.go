@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/spf13/cobra"
 )
@@ -39,7 +40,10 @@ func newOpsGet(g *globals) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				printJSON(w, op)
+				printJSON(w, struct {
+					*events.Op
+					Waits string `json:"waits,omitempty"`
+				}{op, waitsFor(op)})
 				return nil
 			}
 			return printOp(w, op)
@@ -129,6 +133,41 @@ func (g *globals) client() (*producers.Client, func(), error) {
 }
 
 // printOp prints one op, a field a line.
+// waitsFor says what a pending op waits for, and until when where that
+// is known: "" for an op that has ended.
+func waitsFor(op *events.Op) string {
+	switch op.State {
+	case events.StateHeld:
+		until := ""
+		if op.HoldExpiresAt != nil {
+			until = ", until " + op.HoldExpiresAt.Format(time.RFC3339) + " (then it expires)"
+		}
+		return "for an approver to grant or deny " + op.HoldID + until
+	case events.StateGranted:
+		return "for a gate to decide it again under the policy in force (consumer " + streams.ResumeConsumer + " on " + streams.Ops + ")"
+	case events.StateReady:
+		return "for an executor of " + op.Tool + " that serves workspace " + op.Workspace + " to claim it"
+	case events.StateExecuting:
+		who := "a runner"
+		if op.Instance != "" {
+			who = "instance " + op.Instance
+			if op.Host != "" {
+				who += " on " + op.Host
+			}
+		}
+		since := ""
+		if op.ClaimedAt != nil {
+			since = " since " + op.ClaimedAt.Format(time.RFC3339)
+		}
+		started := "not started yet"
+		if op.Started {
+			started = "started"
+		}
+		return fmt.Sprintf("for attempt %s (%s) of %s%s: it runs while its runner heartbeats; if that runner is lost, another takes the op over one claim timeout (serve --claim-timeout, 30s by default) after its last heartbeat, or the same data dir at once when it restarts on the embedded server", op.Attempt, started, who, since)
+	}
+	return ""
+}
+
 func printOp(w io.Writer, op *events.Op) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -154,6 +193,7 @@ func printOp(w io.Writer, op *events.Op) error {
 		row("resolution", op.Resolution+" by "+op.Approver)
 	}
 	row("attempts", fmt.Sprint(op.Attempts))
+	row("waits", waitsFor(op))
 	row("error", string(op.ErrorCode)+" "+op.Error)
 	if op.ResultDigest != "" {
 		// Airlock keeps no result: only the reply to the request had it.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,6 +33,13 @@ func TestCrashRestartRecoversOwnClaimsAtOnce(t *testing.T) {
 		_, err := os.Stat(filepath.Join(ledger, pending.OpID))
 		return err == nil
 	}, 20*time.Second, 20*time.Millisecond, "the op runs")
+	// What it waits for, while it runs: its attempt and this data dir.
+	instance, err := os.ReadFile(filepath.Join(dir, "instance"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", pending.OpID)
+		return strings.Contains(out, "instance "+strings.TrimSpace(string(instance))) && strings.Contains(out, "(started)")
+	}, 10*time.Second, 50*time.Millisecond, "ops get says what the op waits for")
 	srv.kill()
 
 	restarted := time.Now()

@@ -82,6 +82,7 @@ func TestWrongRoleFailsAtOnce(t *testing.T) {
 	out, _, code = srv.run(t, "ops", "get", heldOp, "--json")
 	require.Equal(t, 0, code, out)
 	assert.Contains(t, out, `"state":"held"`, "nothing a refused command sent changed the op")
+	assert.Contains(t, out, `"waits":"for an approver to grant or deny `+heldID+`, until `)
 
 	// No credential: where the command looked, and what changes it.
 	empty := t.TempDir()

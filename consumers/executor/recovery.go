@@ -140,7 +140,10 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 	switch rec.Action {
 	case Defer:
 		if !lost.Own && j.d.n < c.Delivery+1+uint64(r.cfg.OwnerTries) {
-			return fmt.Errorf("%w: delivery %d of %d", errDefer, j.d.n-c.Delivery, r.cfg.OwnerTries)
+			left := c.Delivery + 1 + uint64(r.cfg.OwnerTries) - j.d.n
+			until := time.Now().Add(time.Duration(left) * r.cfg.OwnerRetryDelay).UTC().Format(time.RFC3339)
+			return fmt.Errorf("%w: waiting for instance %s (host %s) to settle attempt %s from its own records, delivery %d of %d; ambiguous after about %s",
+				errDefer, lost.Instance, lost.Host, lost.Attempt, j.d.n-c.Delivery, r.cfg.OwnerTries, until)
 		}
 		fallthrough
 	case Ambiguous:

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -128,6 +129,12 @@ index otherwise.`,
 			if st, ok := src.(*store.Store); ok {
 				if err := st.CheckTables(cmd.Context()); err != nil {
 					return unreadable(err)
+				}
+				// And the embedded server's stream files: every record's
+				// checksum, which nats-server checks only when it loads a
+				// block (a message already projected is not loaded again).
+				if _, err := natsrv.CheckBlocks(filepath.Join(g.data, natsrv.StoreDir)); err != nil {
+					return unreadable(fmt.Errorf("%w: %v", audit.ErrUnreadable, err))
 				}
 			}
 			if !remote {

@@ -92,7 +92,7 @@ func TestCorruptionMatrix(t *testing.T) {
 		t.Logf("%-17s %v", k.kind, seen[k.kind])
 	}
 	// Flips a table or key cannot hide: the data is checksummed or signed.
-	for _, kind := range []string{"sst", "audit.pub", "audit.checkpoint"} {
+	for _, kind := range []string{"sst", "audit.pub", "audit.checkpoint", "jetstream block"} {
 		assert.Zero(t, seen[kind]["verify OK"], "%s: a flipped byte is always found", kind)
 	}
 	assert.Zero(t, seen["audit.key"]["serve started"], "a flipped signing key is found at start")

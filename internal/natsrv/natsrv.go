@@ -20,6 +20,9 @@ import (
 // transport.
 const MaxPayload = 2 << 20
 
+// StoreDir is the embedded server's JetStream store, under the data dir.
+const StoreDir = "jetstream"
+
 // Config configures the embedded server. The zero value listens nowhere.
 type Config struct {
 	// DataDir holds JetStream's store, in DataDir/jetstream. Required.
@@ -61,7 +64,7 @@ func Start(cfg Config) (*server.Server, error) {
 	opts := &server.Options{
 		ServerName:   "airlock",
 		JetStream:    true,
-		StoreDir:     filepath.Join(cfg.DataDir, "jetstream"),
+		StoreDir:     filepath.Join(cfg.DataDir, StoreDir),
 		MaxPayload:   MaxPayload,
 		SyncAlways:   cfg.SyncAlways,
 		SyncInterval: cfg.SyncInterval,

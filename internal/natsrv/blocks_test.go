@@ -1,0 +1,67 @@
+package natsrv_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-dev/airlock/internal/natsrv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// CheckBlocks passes the blocks the embedded server wrote (messages with
+// and without headers, deleted ones, securely erased ones) and finds one
+// flipped byte in any record.
+func TestCheckBlocks(t *testing.T) {
+	dir := t.TempDir()
+	s, err := natsrv.Start(natsrv.Config{DataDir: dir})
+	require.NoError(t, err)
+	nc, err := nats.Connect("", nats.InProcessServer(s))
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "CHECKED", Subjects: []string{"checked.>"}})
+	require.NoError(t, err)
+	var seqs []uint64
+	for i := range 50 {
+		m := &nats.Msg{Subject: fmt.Sprintf("checked.%d", i), Data: []byte(fmt.Sprintf("message %d", i))}
+		if i%2 == 0 {
+			m.Header = nats.Header{"K": []string{fmt.Sprint(i)}}
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		require.NoError(t, err)
+		seqs = append(seqs, ack.Sequence)
+	}
+	require.NoError(t, st.DeleteMsg(ctx, seqs[3]))
+	require.NoError(t, st.SecureDeleteMsg(ctx, seqs[7]))
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	store := filepath.Join(dir, natsrv.StoreDir)
+	n, err := natsrv.CheckBlocks(store)
+	require.NoError(t, err)
+	assert.Positive(t, n)
+
+	blocks, err := filepath.Glob(filepath.Join(store, "jetstream", "*", "streams", "CHECKED", "msgs", "*.blk"))
+	require.NoError(t, err)
+	require.NotEmpty(t, blocks)
+	b, err := os.ReadFile(blocks[0])
+	require.NoError(t, err)
+	for _, off := range []int{0, 5, len(b) / 3, len(b) / 2, len(b) - 1} {
+		flipped := append([]byte(nil), b...)
+		flipped[off] ^= 0x5a
+		require.NoError(t, os.WriteFile(blocks[0], flipped, 0o600))
+		_, err := natsrv.CheckBlocks(store)
+		assert.Error(t, err, "byte %d of %d", off, len(b))
+	}
+	require.NoError(t, os.WriteFile(blocks[0], b, 0o600))
+	_, err = natsrv.CheckBlocks(store)
+	assert.NoError(t, err)
+}

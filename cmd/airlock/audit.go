@@ -133,7 +133,7 @@ index otherwise.`,
 				// And the embedded server's stream files: every record's
 				// checksum, which nats-server checks only when it loads a
 				// block (a message already projected is not loaded again).
-				if _, err := natsrv.CheckBlocks(filepath.Join(g.data, natsrv.StoreDir)); err != nil {
+				if _, err := natsrv.CheckBlocks(filepath.Join(g.data, natsrv.StoreDir), false); err != nil {
 					return unreadable(fmt.Errorf("%w: %v", audit.ErrUnreadable, err))
 				}
 			}

@@ -96,6 +96,7 @@ func TestCorruptionMatrix(t *testing.T) {
 		assert.Zero(t, seen[kind]["verify OK"], "%s: a flipped byte is always found", kind)
 	}
 	assert.Zero(t, seen["audit.key"]["serve started"], "a flipped signing key is found at start")
+	assert.Zero(t, seen["jetstream block"]["serve started"], "a flipped stream record (not the newest) is found at start")
 }
 
 // flip XORs one byte of path.

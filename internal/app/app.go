@@ -267,6 +267,16 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		opts = append(opts, opt)
 	}
 	if cfg.NATSURL == "" {
+		// Before the server reads them: a record that fails its checksum
+		// is found now, not when (if ever) its block is loaded again.
+		start := time.Now()
+		blocks, err := natsrv.CheckBlocks(filepath.Join(cfg.DataDir, natsrv.StoreDir), true)
+		if err != nil {
+			return fmt.Errorf("app: %w: %v", audit.ErrUnreadable, err)
+		}
+		if blocks > 0 {
+			cfg.Logger.Info("stream blocks checked", "blocks", blocks, "took", time.Since(start).Round(time.Millisecond))
+		}
 		a.Server, err = natsrv.Start(natsrv.Config{
 			DataDir: cfg.DataDir, Listen: cfg.Listen, Monitor: cfg.Monitor,
 			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger, AuthFile: authFile,

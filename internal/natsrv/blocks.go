@@ -31,18 +31,35 @@ const (
 // flipped byte in a message Airlock already projected is found here. It
 // reads and writes nothing else. The error names the file and the
 // offset of the first bad record.
-func CheckBlocks(storeDir string) (blocks int, err error) {
+//
+// With tail set, the last record of each stream's newest block may be
+// torn or fail its checksum: a process killed during a write can leave
+// it so, and nats-server cuts it off when it starts (it was never
+// acknowledged). A start checks with tail; an offline verify without.
+func CheckBlocks(storeDir string, tail bool) (blocks int, err error) {
 	files, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", "*", "msgs", "*.blk"))
 	if err != nil {
 		return 0, err
 	}
+	type block struct {
+		path, stream string
+		index        uint32
+	}
+	var all []block
+	newest := map[string]uint32{} // stream dir -> its newest block
 	for _, f := range files {
-		stream := filepath.Base(filepath.Dir(filepath.Dir(f)))
 		index, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(f), ".blk"), 10, 32)
 		if err != nil {
 			continue // not a block file
 		}
-		if err := checkBlock(f, stream, uint32(index)); err != nil {
+		b := block{f, filepath.Base(filepath.Dir(filepath.Dir(f))), uint32(index)}
+		all = append(all, b)
+		if d := filepath.Dir(f); b.index >= newest[d] {
+			newest[d] = b.index
+		}
+	}
+	for _, b := range all {
+		if err := checkBlock(b.path, b.stream, b.index, tail && b.index == newest[filepath.Dir(b.path)]); err != nil {
 			return blocks, err
 		}
 		blocks++
@@ -50,7 +67,7 @@ func CheckBlocks(storeDir string) (blocks int, err error) {
 	return blocks, nil
 }
 
-func checkBlock(path, stream string, index uint32) error {
+func checkBlock(path, stream string, index uint32, tail bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -63,6 +80,9 @@ func checkBlock(path, stream string, index uint32) error {
 	le := binary.LittleEndian
 	for off := 0; off < len(b); {
 		if len(b)-off < recordHeader+recordChecksum {
+			if tail {
+				return nil
+			}
 			return fmt.Errorf("%s: a torn record at offset %d", path, off)
 		}
 		hdr := b[off : off+recordHeader]
@@ -70,6 +90,9 @@ func checkBlock(path, stream string, index uint32) error {
 		hasHeaders := le.Uint32(hdr[0:])&headersBit != 0
 		slen := int(le.Uint16(hdr[20:]))
 		if rl < recordHeader+recordChecksum || off+rl > len(b) || recordHeader+slen > rl-recordChecksum {
+			if tail && (off+rl >= len(b) || rl < recordHeader+recordChecksum) && lastRecordAt(b, off) {
+				return nil
+			}
 			return fmt.Errorf("%s: record at offset %d has a bad length", path, off)
 		}
 		rec := b[off : off+rl]
@@ -89,9 +112,19 @@ func checkBlock(path, stream string, index uint32) error {
 		hh.Write(mhdr)
 		hh.Write(rest)
 		if got := hh.Sum(nil); string(got) != string(rec[rl-recordChecksum:]) {
+			if tail && off+rl == len(b) {
+				return nil // the newest record, cut off at start
+			}
 			return fmt.Errorf("%s: record at offset %d (sequence %d) fails its checksum", path, off, le.Uint64(hdr[4:])&^(3<<62))
 		}
 		off += rl
 	}
 	return nil
+}
+
+// lastRecordAt reports whether a record with a bad length at off can only
+// be the file's last: the file ends within what its header claims.
+func lastRecordAt(b []byte, off int) bool {
+	rl := int(binary.LittleEndian.Uint32(b[off:]) &^ headersBit)
+	return off+rl >= len(b)
 }

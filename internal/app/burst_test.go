@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -89,24 +86,13 @@ func TestNoPlaintextAfterABurstWithHoldsPending(t *testing.T) {
 	scan := func(when string) {
 		t.Helper()
 		found := map[string]int{}
-		files := 0
-		require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			files++
-			b, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
+		eachFile(t, dir, func(path string, b []byte) {
 			for _, name := range m.find(b) {
 				if name != "held-first" && name != "held-second" {
 					found[path]++
 				}
 			}
-			return nil
-		}))
-		assert.Positive(t, files)
+		})
 		for path, n := range found {
 			t.Errorf("%s: %s holds the args of %d ended ops", when, path, n)
 		}

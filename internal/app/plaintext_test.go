@@ -268,24 +268,13 @@ func TestNoPlaintextAtRest(t *testing.T) {
 	assert.Positive(t, keys)
 
 	heldDir := filepath.Join("streams", streams.Held) + string(filepath.Separator)
-	files := 0
-	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		files++
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
+	eachFile(t, dir, func(path string, b []byte) {
 		found := m.find(b)
 		if len(found) == 1 && found[0] == "kept" && strings.Contains(path, heldDir) {
-			return nil // the pending hold's request
+			return // the pending hold's request
 		}
 		assert.Empty(t, found, "file %s holds plaintext", path)
-		return nil
-	}))
-	assert.Positive(t, files)
+	})
 
 	// The reply carried each completed op's output; the events kept its
 	// digest, and the executors' ledgers are gone.
@@ -309,4 +298,24 @@ func waitScrubbed(t *testing.T, a *app.App, within time.Duration) {
 		pending, err := a.Store.PendingScrubs(10)
 		return err == nil && len(pending) == 0
 	}, within, 20*time.Millisecond)
+}
+
+// eachFile calls fn with every file under dir and its bytes; there must
+// be some.
+func eachFile(t *testing.T, dir string, fn func(path string, b []byte)) {
+	t.Helper()
+	files := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files++
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		fn(path, b)
+		return nil
+	}))
+	assert.Positive(t, files)
 }

@@ -181,7 +181,7 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 				if errs[i] == nil && sc.Held {
 					// The copy a hold kept in AIRLOCK_HELD, erased
 					// securely whatever the backlog: that stream is small.
-					errs[i] = oplog.EraseHeld(ctx, s.cfg.JetStream, held, sc.OpID)
+					errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
 				}
 			}()
 		}

@@ -75,7 +75,7 @@ func HeldMsg(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, op stri
 // EraseHeld erases op's copy in AIRLOCK_HELD with a secure delete (the
 // stream holds few messages, so rewriting its block is cheap). No copy
 // counts as erased.
-func EraseHeld(ctx context.Context, js jetstream.JetStream, held jetstream.Stream, op string) error {
+func EraseHeld(ctx context.Context, held jetstream.Stream, op string) error {
 	raw, err := held.GetLastMsgForSubject(ctx, events.HeldSubject(op))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil

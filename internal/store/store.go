@@ -412,8 +412,11 @@ func corrupt(err error) error {
 	if err == nil || errors.Is(err, audit.ErrUnreadable) {
 		return err
 	}
-	if pebble.IsCorruptionError(err) || strings.Contains(err.Error(), "corrupt") || strings.Contains(err.Error(), "checksum") ||
-		strings.Contains(err.Error(), "invalid options") || strings.Contains(err.Error(), "MANIFEST") || strings.Contains(err.Error(), "OPTIONS") {
+	// Pebble marks what a checksum caught; a manifest or OPTIONS file
+	// that no longer parses it reports in words.
+	msg := strings.ToLower(err.Error())
+	if pebble.IsCorruptionError(err) || strings.Contains(msg, "corrupt") || strings.Contains(msg, "checksum") ||
+		strings.Contains(msg, "malformed") || strings.Contains(msg, "invalid key=value") || strings.Contains(msg, "invalid options") {
 		return fmt.Errorf("%w: %s", audit.ErrUnreadable, firstLine(err.Error()))
 	}
 	return err

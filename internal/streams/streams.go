@@ -110,21 +110,14 @@ func RequestsConfig(c Config) jetstream.StreamConfig {
 // op's other request bytes when the op ends. Few ops are held at once, so
 // its blocks are small and a secure delete there is cheap.
 func HeldConfig(c Config) jetstream.StreamConfig {
-	c = c.withDefaults()
-	return jetstream.StreamConfig{
-		Name:              Held,
-		Description:       "Airlock held ops' requests (argument plaintext), while they are held",
-		Subjects:          []string{events.HeldSubjects},
-		Retention:         jetstream.LimitsPolicy,
-		Storage:           storage(c),
-		Replicas:          c.Replicas,
-		Duplicates:        c.Duplicates,
-		MaxMsgSize:        MaxMsgBytes,
-		MaxMsgsPerSubject: 1,
-		Discard:           jetstream.DiscardNew,
-		AllowDirect:       true,
-		DenyPurge:         true,
-	}
+	// The requests stream's settings (storage, replicas, window, size,
+	// discard, direct gets, no purge), one message per op.
+	sc := RequestsConfig(c)
+	sc.Name = Held
+	sc.Description = "Airlock held ops' requests (argument plaintext), while they are held"
+	sc.Subjects = []string{events.HeldSubjects}
+	sc.MaxMsgsPerSubject = 1
+	return sc
 }
 
 // OpsConfig is the configuration of the ops stream.

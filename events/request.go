@@ -155,13 +155,6 @@ func badAt(name string) string {
 	return ""
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
-
 // String renders the request for logs without its args.
 func (r *Request) String() string {
 	return fmt.Sprintf("%s/%s/%s", r.Workspace, r.Agent, r.Tool)

@@ -55,6 +55,12 @@ const (
 	// Queries and transport.
 	CodeNotFound     Code = "NOT_FOUND"
 	CodeInvalidQuery Code = "INVALID_QUERY"
+	// Result fetches (ResultQuery).
+	CodeResultExpired  Code = "RESULT_EXPIRED"
+	CodeResultNotKept  Code = "RESULT_NOT_KEPT"
+	CodeNotRequester   Code = "NOT_REQUESTER"
+	CodeNotCompleted   Code = "NOT_COMPLETED"
+	CodeResultMismatch Code = "RESULT_MISMATCH"
 	// CodePermissionDenied: the server refused a publish or subscribe to
 	// the credential (its role may not use the subject).
 	CodePermissionDenied Code = "PERMISSION_DENIED"
@@ -75,7 +81,9 @@ var AllCodes = []Code{
 	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
 	CodeOperandsChanged, CodePrivilegeEscalation, CodePathEscape, CodeInvalidPatch, CodePatchConflict,
 	CodeRemoteUnavailable, CodeNoWorkspaceRoot,
-	CodeNotFound, CodeInvalidQuery, CodePermissionDenied, CodeNoCredential, CodeUnavailable, CodeInternal,
+	CodeNotFound, CodeInvalidQuery,
+	CodeResultExpired, CodeResultNotKept, CodeNotRequester, CodeNotCompleted, CodeResultMismatch,
+	CodePermissionDenied, CodeNoCredential, CodeUnavailable, CodeInternal,
 }
 
 // Error is the one error type that crosses process boundaries. Callers

@@ -104,13 +104,19 @@ type Op struct {
 	Instance  string     `json:"instance,omitempty"`
 	Host      string     `json:"host,omitempty"`
 	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
-	// ResultDigest and ResultBytes describe a completed op's result, which
-	// is not kept: only the reply to the request carried it.
-	ResultDigest string `json:"result_digest,omitempty"`
-	ResultBytes  int    `json:"result_bytes,omitempty"`
-	ErrorCode    Code   `json:"error_code,omitempty"`
-	Error        string `json:"error,omitempty"`
-	Scrubbed     bool   `json:"scrubbed,omitempty"`
+	// ResultDigest and ResultBytes describe a completed op's result.
+	// ResultKeptUntil is when the result, sealed to the agent that asked,
+	// is erased (absent: not kept), ResultEraseOnDelivery whether it goes
+	// once the agent has it, and ResultErased why it went (an Erased*
+	// reason), once it did.
+	ResultDigest          string     `json:"result_digest,omitempty"`
+	ResultBytes           int        `json:"result_bytes,omitempty"`
+	ResultKeptUntil       *time.Time `json:"result_kept_until,omitempty"`
+	ResultEraseOnDelivery bool       `json:"result_erase_on_delivery,omitempty"`
+	ResultErased          string     `json:"result_erased,omitempty"`
+	ErrorCode             Code       `json:"error_code,omitempty"`
+	Error                 string     `json:"error,omitempty"`
+	Scrubbed              bool       `json:"scrubbed,omitempty"`
 	// Version is the op subject's sequence of the last applied event: the
 	// value the next transition must expect.
 	Version uint64 `json:"version"`
@@ -173,6 +179,9 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.Started = true
 	case *Completed:
 		op.ResultDigest, op.ResultBytes = d.ResultDigest, d.ResultBytes
+		op.ResultKeptUntil, op.ResultEraseOnDelivery = d.KeptUntil, d.EraseOnDelivery
+	case *ResultErased:
+		op.ResultErased = d.Reason
 	case *Failed:
 		op.ErrorCode, op.Error = d.Code, d.Message
 	case *Ambiguous:
@@ -260,6 +269,11 @@ func (op *Op) next(data any) (State, error) {
 			return from, nil
 		}
 		return bad("scrubbed")
+	case *ResultErased:
+		if from == StateCompleted && op.ResultKeptUntil != nil && op.ResultErased == "" && d.Reason != "" {
+			return from, nil
+		}
+		return bad("result_erased")
 	}
 	return "", Errorf(CodeInvalidEvent, "%T is not an op event", data)
 }

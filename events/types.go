@@ -23,6 +23,10 @@ const (
 	TypeFailed    Type = "dev.airlock.op.failed.v1"
 	TypeAmbiguous Type = "dev.airlock.op.ambiguous.v1"
 	TypeScrubbed  Type = "dev.airlock.op.scrubbed.v1"
+	// TypeResultErased records that a completed op's kept result was
+	// erased: its retention ended, it was delivered (erase on delivery),
+	// or its workspace kept too many bytes.
+	TypeResultErased Type = "dev.airlock.op.result_erased.v1"
 	// TypeModeSet and TypePolicyLoaded are not op events: they record the
 	// controls and policy the gate decides under.
 	TypeModeSet      Type = "dev.airlock.mode.set.v1"
@@ -33,7 +37,7 @@ const (
 var AllTypes = []Type{
 	TypeRequested, TypeRejected, TypeDecided, TypeHeld, TypeGranted, TypeDenied,
 	TypeExpired, TypeClaimed, TypeStarted, TypeCompleted, TypeFailed, TypeAmbiguous, TypeScrubbed,
-	TypeModeSet, TypePolicyLoaded,
+	TypeResultErased, TypeModeSet, TypePolicyLoaded,
 }
 
 // Known reports whether t is one of AllTypes.
@@ -111,6 +115,10 @@ type Decided struct {
 	Rule string `json:"rule,omitempty"`
 	// Mode is the permission mode the decision was made in.
 	Mode string `json:"mode,omitempty"`
+	// Results is how long the op's result is kept for the agent that
+	// asked, as the policy decided; absent in events of versions that
+	// kept no results (the runner then keeps it DefaultResultTTL).
+	Results *Retention `json:"results,omitempty"`
 }
 
 // Held records that the op waits for an approver.
@@ -216,6 +224,12 @@ type Completed struct {
 	ResultBytes  int    `json:"result_bytes"`
 	DurationMS   int64  `json:"duration_ms"`
 	Recovered    bool   `json:"recovered,omitempty"`
+	// KeptUntil is when the result, sealed to the requesting agent and
+	// stored in AIRLOCK_RESULTS before this event, is erased; absent when
+	// it was not kept. EraseOnDelivery erases it as soon as the agent
+	// has it.
+	KeptUntil       *time.Time `json:"result_kept_until,omitempty"`
+	EraseOnDelivery bool       `json:"result_erase_on_delivery,omitempty"`
 }
 
 // Failed records that the op ran, or could not run, and failed. Terminal.
@@ -244,6 +258,23 @@ type Scrubbed struct {
 	OpHeader
 	RequestSeq uint64 `json:"request_seq"`
 }
+
+// ResultErased records that a completed op's kept result was erased; the
+// digest and size of what was erased stay in the log.
+type ResultErased struct {
+	OpHeader
+	// Reason is ErasedExpired, ErasedDelivered or ErasedEvicted.
+	Reason       string `json:"reason"`
+	ResultDigest string `json:"result_digest"`
+	ResultBytes  int    `json:"result_bytes"`
+}
+
+// Why a result was erased.
+const (
+	ErasedExpired   = "expired"   // its retention ended
+	ErasedDelivered = "delivered" // erase on delivery, and the agent has it
+	ErasedEvicted   = "evicted"   // its workspace kept more bytes than allowed, and it was the oldest
+)
 
 // Rejected records a request the gate refused as bad input.
 type Rejected struct {
@@ -288,6 +319,8 @@ func NewPayload(t Type) any {
 		return new(Ambiguous)
 	case TypeScrubbed:
 		return new(Scrubbed)
+	case TypeResultErased:
+		return new(ResultErased)
 	case TypeModeSet:
 		return new(ModeSet)
 	case TypePolicyLoaded:

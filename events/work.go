@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"strings"
+	"time"
 )
 
 // Reply is what a request's Airlock-Reply-To subject receives: from the gate,
@@ -17,11 +18,20 @@ type Reply struct {
 	Existing bool   `json:"existing,omitempty"`
 	Code     Code   `json:"code,omitempty"`
 	Message  string `json:"message,omitempty"`
-	// Result is a completed op's result. Only the executor's reply to the
-	// request that created the op carries it: Airlock does not keep it, so
-	// a retry, a poll or a query gets ResultDigest and ResultBytes alone.
-	// An empty result is the JSON null, never an absent field.
+	// Result is a completed op's result: in the reply of the runner that
+	// ran it, and in the gate's answer to a retry when Airlock holds the
+	// key it is sealed to (--no-auth). An empty result is the JSON null,
+	// never an absent field.
 	Result json.RawMessage `json:"result,omitempty"`
+	// Sealed is the result sealed to the requesting agent's key
+	// (internal/seal): the gate's answer to a retry of a completed op
+	// within the result's retention. Only that agent's seed opens it.
+	Sealed []byte `json:"sealed_result,omitempty"`
+	// KeptUntil and EraseOnDelivery say how long Airlock keeps the
+	// result (see Completed); Erased why it no longer does.
+	KeptUntil       *time.Time `json:"result_kept_until,omitempty"`
+	EraseOnDelivery bool       `json:"result_erase_on_delivery,omitempty"`
+	Erased          string     `json:"result_erased,omitempty"`
 	// ResultDigest (sha256: of the compacted result) and ResultBytes (its
 	// size) describe a completed op's result, on every reply that says
 	// it completed, with or without Result.
@@ -90,6 +100,9 @@ func OutcomeReply(data any) (Reply, bool) {
 	switch d := data.(type) {
 	case *Completed:
 		r.State, r.ResultDigest, r.ResultBytes = StateCompleted, d.ResultDigest, d.ResultBytes
+		r.KeptUntil, r.EraseOnDelivery = d.KeptUntil, d.EraseOnDelivery
+	case *ResultErased:
+		r.State, r.ResultDigest, r.ResultBytes, r.Erased = StateCompleted, d.ResultDigest, d.ResultBytes, d.Reason
 	case *Failed:
 		r.State, r.Code, r.Message = StateFailed, d.Code, d.Message
 	case *Denied:

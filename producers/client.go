@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/jspub"
 	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/seal"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,9 +98,40 @@ func WithPollInterval(d time.Duration) Option {
 	}
 }
 
+// WithAgentKey gives the client the seed ("SU...", as in the agent's
+// creds file) of the agent it submits as: a result Airlock kept for that
+// agent is sealed to it, and only it opens it. Without it a Submit that
+// learns of a completion from a retry or a lost reply returns the digest
+// alone, with ResultCode NO_CREDENTIAL. (With serve's --no-auth, Airlock
+// opens results itself and no key is needed.)
+func WithAgentKey(seed []byte) Option {
+	return func(c *Client) error {
+		priv, err := seal.PrivateKey(seed)
+		if err != nil {
+			return fmt.Errorf("producers: agent key: %w", err)
+		}
+		c.opener = seal.NewOpener(priv)
+		return nil
+	}
+}
+
+// WithWaitThroughHolds makes Submit wait on when its op is held, through
+// an approver's grant, for the op's outcome (and result), until the wait
+// runs out; a wait that runs out while the op is still held returns the
+// held outcome (Code APPROVAL_REQUIRED) with Pending set.
+func WithWaitThroughHolds() Option {
+	return func(c *Client) error {
+		c.throughHolds = true
+		return nil
+	}
+}
+
 // Client submits requests and queries ops over one NATS connection, which
 // the caller owns.
 type Client struct {
+	opener       *seal.Opener // the agent's key, for sealed results
+	throughHolds bool
+
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	wait  time.Duration
@@ -186,17 +218,26 @@ type Outcome struct {
 	State events.State `json:"state"`
 	// Pending is true when the wait ran out before a terminal state.
 	Pending bool `json:"pending,omitempty"`
-	// Result is a completed op's result. Airlock does not keep results:
-	// only the reply of the runner that ran the op carries it, to the
-	// request that created the op. A Submit that learns of the completion
-	// otherwise (a retry of an op that had already completed, a reply
-	// that was lost) has ResultDigest and ResultBytes without Result. A
-	// result that is empty is the JSON null, never a missing Result.
+	// Result is a completed op's result, checked against ResultDigest,
+	// the digest the op's completed event recorded: from the reply of the
+	// runner that ran it, or, on a retry or after a lost reply, the
+	// result Airlock kept sealed to the agent for the op's retention
+	// (ADR 0018). A result that is empty is the JSON null, never a
+	// missing Result. A completed outcome without Result has ResultCode
+	// and ResultError to say why (RESULT_EXPIRED, RESULT_NOT_KEPT, ...).
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultDigest (sha256: of the compacted result) and ResultBytes (its
 	// size in bytes) describe a completed op's result, kept or not.
 	ResultDigest string `json:"result_digest,omitempty"`
 	ResultBytes  int    `json:"result_bytes,omitempty"`
+	// ResultKeptUntil is when Airlock erases the kept result.
+	ResultKeptUntil *time.Time  `json:"result_kept_until,omitempty"`
+	ResultCode      events.Code `json:"result_code,omitempty"`
+	ResultError     string      `json:"result_error,omitempty"`
+
+	sealed          []byte
+	eraseOnDelivery bool
+	erased          string
 	// Code and Message explain a denied, failed, expired or ambiguous op,
 	// and a held one (APPROVAL_REQUIRED).
 	Code    events.Code `json:"error_code,omitempty"`
@@ -261,7 +302,11 @@ func (c *Client) Submit(ctx context.Context, req events.Request) (Outcome, error
 	if dup {
 		w.poke()
 	}
-	return c.await(ctx, wctx, w, req.Workspace, opID)
+	out, err := c.await(ctx, wctx, w, req.Workspace, opID)
+	if err != nil || out.State != events.StateCompleted {
+		return out, err
+	}
+	return c.withResult(context.WithoutCancel(ctx), req.Agent, out)
 }
 
 // publish sends the request, retrying transport failures with the same
@@ -426,7 +471,7 @@ const streamLookupTimeout = 5 * time.Second
 func (c *Client) watch(opID string) *waiter {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := newWaiter(opID)
+	w := newWaiter(opID, c.throughHolds)
 	if c.waiters[opID] == nil {
 		c.waiters[opID] = map[*waiter]struct{}{}
 	}

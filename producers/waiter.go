@@ -23,12 +23,14 @@ type waiter struct {
 	// unresulted is the completed outcome, without its result, that ends
 	// the wait if no reply brings the result.
 	unresulted *Outcome
+	// throughHolds keeps waiting when the op is held (WithWaitThroughHolds).
+	throughHolds bool
 }
 
-func newWaiter(opID string) *waiter {
+func newWaiter(opID string, throughHolds bool) *waiter {
 	return &waiter{
 		opID: opID, done: make(chan struct{}), poked: make(chan struct{}, 1),
-		completed: make(chan struct{}, 1), outcome: Outcome{OpID: opID},
+		completed: make(chan struct{}, 1), outcome: Outcome{OpID: opID}, throughHolds: throughHolds,
 	}
 }
 
@@ -101,12 +103,13 @@ func (w *waiter) reply(r events.Reply) {
 	case r.OpID == "" && r.Code != "":
 		w.err = &events.Error{Code: r.Code, Message: r.Message}
 		w.finish()
-	case r.State == events.StateCompleted && r.Result == nil && !r.Existing:
+	case r.State == events.StateCompleted && r.Result == nil && r.Sealed == nil && !r.Existing:
 		// Read from the stream, or a runner's reply that holds the stored
 		// outcome only: the reply of the runner that ran it may still be
 		// on its way with the result. (existing: the gate says the op
-		// had ended before this request: no result is coming.)
-		o := Outcome{OpID: w.opID, State: r.State, ResultDigest: r.ResultDigest, ResultBytes: r.ResultBytes}
+		// had ended before this request: its answer has the result if
+		// it is kept, and no other is coming.)
+		o := outcomeOf(w.opID, r)
 		w.unresulted = &o
 		w.outcome.State = r.State
 		select {
@@ -114,16 +117,19 @@ func (w *waiter) reply(r events.Reply) {
 		default:
 		}
 	case r.State.Terminal():
-		w.outcome = Outcome{
-			OpID: w.opID, State: r.State, Result: r.Result, ResultDigest: r.ResultDigest, ResultBytes: r.ResultBytes,
-			Code: r.Code, Message: r.Message,
-		}
+		w.outcome = outcomeOf(w.opID, r)
 		w.finish()
 	case r.State == events.StateHeld && r.Hold != nil:
 		exp := r.Hold.ExpiresAt
 		w.outcome = Outcome{
 			OpID: w.opID, State: r.State, Code: r.Code, Message: r.Message,
 			HoldID: r.Hold.HoldID, ArgsDigest: r.Hold.ArgsDigest, HoldExpiresAt: &exp,
+		}
+		if w.throughHolds {
+			// Wait on through the grant: the hold's outcome is what a
+			// wait that runs out returns.
+			w.poke()
+			return
 		}
 		w.finish()
 	default:
@@ -142,5 +148,15 @@ func (w *waiter) op(op *events.Op) {
 	w.reply(events.Reply{
 		OpID: op.ID, State: op.State, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,
 		Code: op.ErrorCode, Message: op.Error,
+		KeptUntil: op.ResultKeptUntil, EraseOnDelivery: op.ResultEraseOnDelivery, Erased: op.ResultErased,
 	})
+}
+
+// outcomeOf is the outcome a terminal reply says.
+func outcomeOf(opID string, r events.Reply) Outcome {
+	return Outcome{
+		OpID: opID, State: r.State, Result: r.Result, ResultDigest: r.ResultDigest, ResultBytes: r.ResultBytes,
+		Code: r.Code, Message: r.Message, ResultKeptUntil: r.KeptUntil,
+		sealed: r.Sealed, eraseOnDelivery: r.EraseOnDelivery, erased: r.Erased,
+	}
 }

@@ -20,7 +20,7 @@ func completedEvent() *events.Completed {
 // A completed event read from the stream holds no result: the wait goes
 // on for the runner's reply, which brings it.
 func TestWaiterTakesTheResultFromTheReply(t *testing.T) {
-	w := newWaiter(waiterOp)
+	w := newWaiter(waiterOp, false)
 	w.event(events.TypeCompleted, completedEvent())
 	_, _, done := w.result()
 	assert.False(t, done, "the reply may still bring the result")
@@ -40,7 +40,7 @@ func TestWaiterTakesTheResultFromTheReply(t *testing.T) {
 
 // Without a reply, the grace ends the wait with the digest and size.
 func TestWaiterSettlesWithoutTheResult(t *testing.T) {
-	w := newWaiter(waiterOp)
+	w := newWaiter(waiterOp, false)
 	w.event(events.TypeCompleted, completedEvent())
 	assert.True(t, w.settleUnresulted())
 	o, err, done := w.result()
@@ -55,7 +55,7 @@ func TestWaiterSettlesWithoutTheResult(t *testing.T) {
 // The gate's answer to a retry of an op that had completed says so
 // (existing): no result is coming, and the wait ends at once.
 func TestWaiterEndsOnAnExistingCompletedOp(t *testing.T) {
-	w := newWaiter(waiterOp)
+	w := newWaiter(waiterOp, false)
 	w.reply(events.Reply{OpID: waiterOp, State: events.StateCompleted, Existing: true,
 		ResultDigest: completedEvent().ResultDigest, ResultBytes: 7})
 	o, _, done := w.result()
@@ -67,7 +67,7 @@ func TestWaiterEndsOnAnExistingCompletedOp(t *testing.T) {
 // A read of the stream that began before the terminal reply arrived (the
 // op's claimed event) does not overwrite the outcome once it is final.
 func TestWaiterKeepsTheFinalOutcome(t *testing.T) {
-	w := newWaiter(waiterOp)
+	w := newWaiter(waiterOp, false)
 	w.reply(events.Reply{OpID: waiterOp, State: events.StateAmbiguous, Code: events.CodeAmbiguous, Message: "no answer"})
 	w.event(events.TypeClaimed, &events.Claimed{OpHeader: events.OpHeader{OpID: waiterOp, Workspace: "w"}, Attempt: "a"})
 	o, err, done := w.result()

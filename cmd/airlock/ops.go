@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/spf13/cobra"
@@ -15,7 +16,7 @@ import (
 
 func newOps(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "ops", Short: "Look at ops as the projection holds them"}
-	cmd.AddCommand(newOpsGet(g), newOpsList(g))
+	cmd.AddCommand(newOpsGet(g), newOpsList(g), newOpsResult(g))
 	return cmd
 }
 
@@ -118,6 +119,95 @@ func newOpsList(g *globals) *cobra.Command {
 	return cmd
 }
 
+func newOpsResult(g *globals) *cobra.Command {
+	var (
+		agent  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "result OP_ID",
+		Short: "Print a completed op's result: for the agent that requested it only",
+		Long: `Print a completed op's result, as Airlock keeps it for the agent that
+requested the op: sealed to that agent's key, opened here with the seed in
+the credential the command connects with, and checked against the digest
+the op's completed event recorded. Any other principal gets NOT_REQUESTER
+and the digest.
+
+Exit status: 0 printed, 1 an error (NOT_FOUND, NOT_REQUESTER,
+RESULT_MISMATCH, ...), 2 usage, 3 the op has not completed yet
+(NOT_COMPLETED), 4 no result to print: the op ended otherwise, or its
+result is gone (RESULT_EXPIRED) or was never kept (RESULT_NOT_KEPT).`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !events.ValidOpID(args[0]) {
+				return usageError("%q is not an op id (op_<32 hex>)", args[0])
+			}
+			if agent == "" {
+				agent = principal(g.credsFor("agent"), "agent")
+			}
+			c, done, err := g.agentClient()
+			if err != nil {
+				return err
+			}
+			defer done()
+			out, err := c.Result(cmd.Context(), agent, args[0])
+			if r := g.refused(); r != nil {
+				err = r.err
+			}
+			w := cmd.OutOrStdout()
+			if err != nil {
+				code := exitFailed
+				e, _ := err.(*events.Error)
+				switch {
+				case e == nil:
+				case e.Code == events.CodeNotCompleted && e.Retryable:
+					code = exitPending
+				case e.Code == events.CodeNotCompleted, e.Code == events.CodeResultExpired, e.Code == events.CodeResultNotKept:
+					code = exitDenied
+				}
+				if asJSON && e != nil {
+					printJSON(w, map[string]any{"op_id": args[0], "error_code": e.Code, "error": e.Message})
+					return &exitError{code: code}
+				}
+				return &exitError{code: code, err: err}
+			}
+			if asJSON {
+				printJSON(w, out)
+				return nil
+			}
+			fmt.Fprintln(w, string(out.Result))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&agent, "agent", "", "the agent that requested the op (default: the credential's principal); the server lets a principal ask only under its own name")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome (op_id, state, result, result_digest, ...) as JSON")
+	return cmd
+}
+
+// agentClient connects a producers client as the agent, with the
+// credential's seed to open the results Airlock seals to it.
+func (g *globals) agentClient(opts ...producers.Option) (*producers.Client, func(), error) {
+	nc, err := g.connect("agent")
+	if err != nil {
+		return nil, nil, err
+	}
+	if path := g.credsFor("agent"); path != "" {
+		seed, err := authority.Seed(path)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		opts = append(opts, producers.WithAgentKey(seed))
+		clear(seed)
+	}
+	c, err := producers.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, func() { _ = c.Close(); nc.Close() }, nil
+}
+
 // client connects a producers client; done closes both.
 func (g *globals) client() (*producers.Client, func(), error) {
 	nc, err := g.connect("auditor")
@@ -196,8 +286,18 @@ func printOp(w io.Writer, op *events.Op) error {
 	row("waits", waitsFor(op))
 	row("error", string(op.ErrorCode)+" "+op.Error)
 	if op.ResultDigest != "" {
-		// Airlock keeps no result: only the reply to the request had it.
-		row("result", fmt.Sprintf("not kept: %s, %d bytes", op.ResultDigest, op.ResultBytes))
+		// The bytes go to the requesting agent alone (ops result).
+		kept := "not kept"
+		switch {
+		case op.ResultErased != "":
+			kept = "erased (" + op.ResultErased + ")"
+		case op.ResultKeptUntil != nil:
+			kept = "kept for " + op.Agent + " until " + op.ResultKeptUntil.Format(time.RFC3339)
+			if op.ResultEraseOnDelivery {
+				kept += " or its delivery"
+			}
+		}
+		row("result", fmt.Sprintf("%s, %d bytes, %s", op.ResultDigest, op.ResultBytes, kept))
 	}
 	row("created", op.CreatedAt.Format(time.RFC3339Nano))
 	row("updated", op.UpdatedAt.Format(time.RFC3339Nano))

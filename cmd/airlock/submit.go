@@ -28,6 +28,12 @@ func newSubmit(g *globals) *cobra.Command {
 		Short: "Submit a tool request and wait for its outcome",
 		Long: `Submit a tool request and wait for its outcome.
 
+A completed op prints its result. Airlock keeps it, sealed to the
+agent's key, for the workspace's retention (24h by default), so the same
+submit again (same args, same idempotency key) prints it too, as does
+airlock ops result OP_ID. Given --wait, a held op is waited through: once
+an approver grants it, the op runs and its result is printed.
+
 Exit status: 0 completed, 1 failed, rejected or an error, 2 usage,
 3 held for an approver (APPROVAL_REQUIRED, with the hold id) or still
 pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
@@ -62,16 +68,20 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 			if wait <= 0 {
 				return usageError("--wait must be positive")
 			}
-			nc, err := g.connect("agent")
+			opts := []producers.Option{producers.WithWait(wait), producers.WithSource("airlock/cli")}
+			if cmd.Flags().Changed("wait") {
+				// Asked to wait: a hold is waited through, for the result.
+				opts = append(opts, producers.WithWaitThroughHolds())
+			}
+			c, done, err := g.agentClient(opts...)
 			if err != nil {
+				var x *exitError
+				if errors.As(err, &x) {
+					return err
+				}
 				return report(cmd.OutOrStdout(), producers.Outcome{}, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true}, asJSON)
 			}
-			defer nc.Close()
-			c, err := producers.New(nc, producers.WithWait(wait), producers.WithSource("airlock/cli"))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+			defer done()
 			out, err := c.Submit(cmd.Context(), req)
 			if r := g.refused(); r != nil {
 				err = r.err
@@ -91,7 +101,7 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 	f.StringVar(&args, "args", "{}", "arguments, a JSON value")
 	f.StringVar(&argsFile, "args-file", "", "read the arguments from FILE (- for stdin) instead: for args too big for a command line")
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")
-	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome")
+	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome; given, a held op is waited through its grant")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -158,9 +168,9 @@ func report(w io.Writer, out producers.Outcome, err error, asJSON bool) error {
 		case len(out.Result) > 0:
 			fmt.Fprintln(w, string(out.Result))
 		case out.ResultDigest != "":
-			// The op completed before this request, or its reply was
-			// lost: Airlock keeps no result, only its digest.
-			fmt.Fprintf(w, "result not kept: %s, %d bytes\n", out.ResultDigest, out.ResultBytes)
+			// The result is gone (retention, delivery), was never kept, or
+			// this credential cannot open it: the digest is what is left.
+			fmt.Fprintf(w, "result not available: %s: %s (digest %s, %d bytes)\n", out.ResultCode, out.ResultError, out.ResultDigest, out.ResultBytes)
 		}
 	}
 	switch {

@@ -70,6 +70,10 @@ type Config struct {
 	// SweepInterval is how often the runner looks for executor records
 	// (Keeper) of ops that have ended, by whichever instance; default 10s.
 	SweepInterval time.Duration
+	// Results, when set, keeps every completed op's result for the agent
+	// that asked, before the completed event is stored (ADR 0018); nil
+	// keeps none.
+	Results ResultKeeper
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }

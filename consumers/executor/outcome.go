@@ -45,6 +45,11 @@ func (r *Runner) answer(item work, data any, result json.RawMessage) {
 func (r *Runner) record(ctx context.Context, call Call, item work, expect uint64, result json.RawMessage, xerr error, took time.Duration, recovered bool) error {
 	typ, data, kept := outcome(call, item, result, xerr, took, recovered)
 	deadline := time.Now().Add(r.cfg.RecordFor)
+	if c, ok := data.(*events.Completed); ok && r.cfg.Results != nil {
+		if err := r.keep(ctx, call, item, c, kept, deadline); err != nil {
+			return err
+		}
+	}
 	wait := 50 * time.Millisecond
 	for {
 		err := r.terminal(ctx, item, expect, typ, data, kept)
@@ -59,6 +64,55 @@ func (r *Runner) record(ctx context.Context, call Call, item work, expect uint64
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return fmt.Errorf("record %s of %s: %w", typ.Short(), item.OpID, ctx.Err())
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// ResultKeeper stores a completed op's result, sealed to the agent that
+// asked, and returns until when it is kept (nil: not kept, for a
+// retention of zero or an agent with no key). It is called before the
+// completed event is appended, and again (same attempt) when that append
+// is tried again after a crash: storing the same attempt's result twice
+// must be harmless.
+type ResultKeeper interface {
+	Keep(ctx context.Context, r KeptResult) (*time.Time, error)
+}
+
+// KeptResult is what a ResultKeeper stores.
+type KeptResult struct {
+	Workspace, OpID, Attempt, Agent string
+	// Result is the compacted result the completed event's digest covers.
+	Result    []byte
+	Retention events.Retention
+}
+
+// keep stores the result before the completed event that counts it,
+// trying until deadline: a result that cannot be stored keeps the op out
+// of completed, and recovery settles it from the executor's records.
+func (r *Runner) keep(ctx context.Context, call Call, item work, c *events.Completed, result []byte, deadline time.Time) error {
+	ret := events.Retention{TTLSeconds: int64(events.DefaultResultTTL / time.Second)}
+	if item.Results != nil {
+		ret = *item.Results
+	}
+	kr := KeptResult{Workspace: item.Workspace, OpID: item.OpID, Attempt: call.Attempt, Agent: item.Agent, Result: result, Retention: ret}
+	wait := 50 * time.Millisecond
+	for {
+		until, err := r.cfg.Results.Keep(ctx, kr)
+		if err == nil {
+			c.KeptUntil = until
+			c.EraseOnDelivery = until != nil && ret.EraseOnDelivery
+			failpoint.Hit(failpoint.AfterResultKept, item.Tool)
+			return nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("keep the result of %s (kept trying for %s): %w", item.OpID, r.cfg.RecordFor, err)
+		}
+		r.cfg.Logger.Warn("result not stored yet; trying again", "op", item.OpID, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("keep the result of %s: %w", item.OpID, ctx.Err())
 		}
 		wait = min(2*wait, 2*time.Second)
 	}

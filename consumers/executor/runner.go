@@ -330,6 +330,9 @@ type work struct {
 	ReplyTo    string // the request's Airlock-Reply-To inbox, if any
 	// Operands are the file hashes the gate recorded at the decision.
 	Operands map[string]string
+	// Results is how long the policy keeps the result; nil in a decided
+	// event of a version that kept none (DefaultResultTTL then).
+	Results *events.Retention
 }
 
 // newJob reads a decided event; nil means it was settled here.
@@ -350,7 +353,7 @@ func (r *Runner) newJob(m jetstream.Msg) *job {
 	item := work{
 		OpID: d.OpID, Workspace: d.Workspace, Agent: d.Request.Agent, Tool: d.Request.Tool,
 		RequestSeq: d.Request.RequestSeq, ReadySeq: md.Sequence.Stream, ReplyTo: m.Headers().Get(events.HeaderReplyTo),
-		Operands: d.Request.Operands,
+		Operands: d.Request.Operands, Results: d.Results,
 	}
 	if !r.inflight.take(item.OpID) {
 		return nil // another delivery is in hand here; leave this one alone

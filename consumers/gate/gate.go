@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/pull"
+	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,6 +59,12 @@ type Config struct {
 	// there are given to Handoff, for them (see internal/handoff).
 	Local   func(ws, tool string) bool
 	Handoff *handoff.Args
+	// Results, when set, holds completed ops' sealed results: the answer
+	// to a retry of a completed op carries its result while it is kept.
+	Results *results.Store
+	// Retention is what the policy keeps of a result in a workspace it
+	// says nothing about; default events.DefaultResultTTL.
+	Retention *events.Retention
 	// Loops is how many batches are handled at once; default 4.
 	Loops int
 	// MaxBatch bounds the requests of one batch; default 256.
@@ -459,7 +466,7 @@ func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint,
 	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
 	switch d.Outcome {
 	case policy.Allow:
-		return events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason, Rule: d.Rule, Mode: string(d.Mode)}
+		return events.TypeDecided, &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: d.Hash, Reason: d.Reason, Rule: d.Rule, Mode: string(d.Mode), Results: g.retention(req.Workspace)}
 	case policy.Hold:
 		return events.TypeHeld, &events.Held{
 			OpHeader: hdr, Request: sum, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest,
@@ -496,9 +503,51 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 	}
 	if r, ok := events.StatusReply(last.Data); ok {
 		r.Existing = true
+		if c, ok := last.Data.(*events.Completed); ok {
+			if err := g.attachResult(ctx, &r, c); err != nil {
+				return events.Reply{}, 0, err
+			}
+		}
 		return r, sum.RequestSeq, nil
 	}
 	return events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}, sum.RequestSeq, nil
+}
+
+// retention is what the decided event says to keep of the op's result:
+// the policy's, else the gate's default.
+func (g *Gate) retention(ws string) *events.Retention {
+	if r, ok := g.Policy().Results(ws); ok {
+		return &r
+	}
+	if g.cfg.Retention != nil {
+		r := *g.cfg.Retention
+		return &r
+	}
+	return &events.Retention{TTLSeconds: int64(events.DefaultResultTTL / time.Second)}
+}
+
+// attachResult puts a completed op's kept result into the answer to a
+// retry: sealed to the agent, or opened when Airlock holds the key it is
+// sealed to (--no-auth). The retry came on the agent's own request
+// subject with the op's fingerprint, so it is the agent that asked.
+func (g *Gate) attachResult(ctx context.Context, r *events.Reply, c *events.Completed) error {
+	if g.cfg.Results == nil || c.KeptUntil == nil {
+		return nil
+	}
+	sealed, err := g.cfg.Results.Get(ctx, c.Workspace, c.OpID, c.Attempt)
+	if errors.Is(err, results.ErrGone) {
+		r.Erased = events.ErasedExpired
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if plain, ok := g.cfg.Results.Open(c.OpID, sealed); ok {
+		r.Result = plain
+	} else {
+		r.Sealed = sealed
+	}
+	return nil
 }
 
 // summaryOf is the request summary an op event carries, or nil.

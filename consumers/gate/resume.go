@@ -134,6 +134,6 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 	}
 	return events.TypeDecided, &events.Decided{
 		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),
-		Reason: "granted by " + gr.Approver + ": " + gr.Reason,
+		Reason: "granted by " + gr.Approver + ": " + gr.Reason, Results: g.retention(gr.Workspace),
 	}, inbox
 }

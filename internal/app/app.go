@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/handoff"
@@ -25,6 +26,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats-server/v2/server"
@@ -116,6 +118,16 @@ type Config struct {
 	// start (logged as an error, and kept in AuditReport). Without it such
 	// a start fails with an *AuditError.
 	AuditOverride bool
+	// ResultTTL is how long a completed op's result is kept, sealed to
+	// the agent that asked, in workspaces whose policy says nothing;
+	// 0 for events.DefaultResultTTL, negative to keep none.
+	// ResultEraseOnDelivery erases each as soon as the agent has it.
+	ResultTTL             time.Duration
+	ResultEraseOnDelivery bool
+	// ResultRetainBytes bounds the result bytes one workspace keeps (the
+	// oldest go first); 0 for events.DefaultRetainedBytes, negative for
+	// no bound.
+	ResultRetainBytes int64
 	// NoAuditLog keeps no audit log: only for benchmarks that measure
 	// what the log costs.
 	NoAuditLog bool
@@ -147,7 +159,23 @@ func (c *Config) Validate() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ResultTTL > 0 {
+		if err := events.ValidTTL(c.ResultTTL); err != nil {
+			return fmt.Errorf("app: %w", err)
+		}
+	}
 	return nil
+}
+
+// retention is the results the gate keeps where the policy says nothing.
+func (c *Config) retention() *events.Retention {
+	switch {
+	case c.ResultTTL < 0:
+		return &events.Retention{}
+	case c.ResultTTL == 0:
+		return &events.Retention{TTLSeconds: int64(events.DefaultResultTTL / time.Second), EraseOnDelivery: c.ResultEraseOnDelivery}
+	}
+	return &events.Retention{TTLSeconds: int64(c.ResultTTL / time.Second), EraseOnDelivery: c.ResultEraseOnDelivery}
 }
 
 // App is a running Airlock. Stop it with Shutdown.
@@ -163,6 +191,10 @@ type App struct {
 	// Store is the projection.
 	Store *store.Store
 
+	// Results keeps completed ops' results, sealed to the agents that
+	// asked; Eraser erases them when their retention ends.
+	Results *results.Store
+	Eraser  *projector.Eraser
 	// Authority is the principals of DataDir when Auth is on.
 	Authority *authority.Set
 	// AuditKey signs the audit log's checkpoints.
@@ -340,10 +372,14 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	a.Handoff = handoff.New(0, 0)
 	args := a.Handoff
 	served := streams.NewServed(a.JetStream, cfg.Logger)
+	if a.Results, err = a.resultStore(cfg); err != nil {
+		return err
+	}
 	gcfg := gate.Config{
 		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
 		Served: served.Serves, Local: localServes(reg, cfg.ExecutorWorkspaces),
 		Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg), Handoff: args,
+		Results: a.Results, Retention: cfg.retention(),
 	}
 	if a.Authority != nil {
 		gcfg.Principals = a.principal
@@ -361,6 +397,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
 		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Workspaces: cfg.ExecutorWorkspaces,
 		Instance: a.Instance, Logger: cfg.Logger, Handoff: args, OwnerTries: ownerTries(cfg.OwnerWait),
+		Results: a.Results,
 	})
 	if err != nil {
 		return err
@@ -384,6 +421,13 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	scrubber, err := projector.NewScrubber(projector.ScrubberConfig{
 		JetStream: a.JetStream, Store: a.Store, Interval: cfg.ScrubInterval, Logger: cfg.Logger,
 		SecureBacklog: cfg.ScrubSecureBacklog,
+	})
+	if err != nil {
+		return err
+	}
+	a.Eraser, err = projector.NewEraser(projector.EraserConfig{
+		JetStream: a.JetStream, Store: a.Store, Results: a.Results, RetainedBytes: cfg.ResultRetainBytes,
+		Interval: cfg.HoldExpiryInterval, Clock: cfg.Clock, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return err
@@ -412,8 +456,12 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		}
 		a.http = &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
-	a.svc, err = projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
+	svc, err := projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
 	if err != nil {
+		return err
+	}
+	a.svc = svc
+	if err := projector.ServeResults(svc, a.Store, a.Results, a.JetStream); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -424,6 +472,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("gate", a.gate.Run(gctx)) })
 	grp.Go(func() error { return named("expirer", expirer.Run(gctx)) })
 	grp.Go(func() error { return named("scrubber", scrubber.Run(gctx)) })
+	grp.Go(func() error { return named("eraser", a.Eraser.Run(gctx)) })
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
 	grp.Go(func() error { return named("live feed", a.Live.Run(gctx)) })
@@ -629,4 +678,24 @@ func (a *App) close() {
 		close(a.done)
 		a.cancel = func() {}
 	}
+}
+
+// resultStore is where results are kept: sealed to each agent's own
+// nkey with credentials on, to the deployment's key with --no-auth.
+func (a *App) resultStore(cfg Config) (*results.Store, error) {
+	if a.Authority != nil {
+		keys := &results.NkeyKeys{Lookup: func(agent string) (string, bool) {
+			p, ok := a.Authority.Lookup(agent)
+			if !ok || p.Role != authority.RoleAgent {
+				return "", false
+			}
+			return p.PublicKey, true
+		}}
+		return results.New(a.JetStream, keys, nil, cfg.Logger), nil
+	}
+	own, err := results.DeploymentKey(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	return results.New(a.JetStream, results.DeploymentKeys{Opener: own}, own, cfg.Logger), nil
 }

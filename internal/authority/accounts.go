@@ -82,6 +82,7 @@ func Imports() []Import {
 	ims := []Import{
 		{Subject: events.RequestSubjects, Why: "agents submit requests; JetStream stores them in AIRLOCK_REQUESTS and answers with a PubAck"},
 		{Subject: queries, Why: "the query service"},
+		{Subject: events.ResultQuerySubjects, Why: "results: each principal asks on its own name, and only the agent that asked for an op gets its result"},
 		{Subject: resolveAll, Why: "approvers resolve holds"},
 		{Subject: controlAll, Why: "operators send controls"},
 	}

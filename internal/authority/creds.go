@@ -151,3 +151,23 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// Seed returns the user seed ("SU...") in the credential file at path,
+// with the checks readCreds makes: what a client opens its results with
+// (producers.WithAgentKey). The caller should clear it after use.
+func Seed(path string) ([]byte, error) {
+	if err := private(path, false); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(b)
+	kp, err := nkeys.ParseDecoratedUserNKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer kp.Wipe()
+	return kp.Seed()
+}

@@ -23,24 +23,24 @@ func Permissions(p Principal) *server.Permissions {
 		}
 	case RoleAgent:
 		return perms(
-			join([]string{events.RequestSubject("*", p.Name), queries, discovery}, readStream(streams.Ops)),
+			join([]string{events.RequestSubject("*", p.Name), queries, events.ResultQuerySubject(p.Name), discovery}, readStream(streams.Ops)),
 			// An agent may not watch, so it has no use for asking whether
 			// anyone does (the live feed's state).
 			append(airlockWrites(events.RequestSubjects), events.QueryLiveSubject),
 			inbox, events.ReplyPrefix(p.Name)+">")
 	case RoleApprover:
 		return perms(
-			join([]string{events.ResolveSubject("*", p.Name), queries, discovery}, readStreams()),
+			join([]string{events.ResolveSubject("*", p.Name), queries, events.ResultQuerySubject(p.Name), discovery}, readStreams()),
 			airlockWrites(resolveAll),
 			watch(inbox)...)
 	case RoleOperator:
 		return perms(
-			join([]string{events.ControlSubject("*", p.Name), queries, discovery}, readStreams()),
+			join([]string{events.ControlSubject("*", p.Name), queries, events.ResultQuerySubject(p.Name), discovery}, readStreams()),
 			airlockWrites(controlAll),
 			watch(inbox)...)
 	case RoleAuditor:
 		return perms(
-			join([]string{queries, discovery}, readStreams()),
+			join([]string{queries, events.ResultQuerySubject(p.Name), discovery}, readStreams()),
 			airlockWrites(""),
 			watch(inbox)...)
 	}

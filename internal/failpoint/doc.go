@@ -24,6 +24,9 @@ const (
 	// AfterEffect: the executor's side effect happened, its result is not
 	// stored. Executors call it right after the effect.
 	AfterEffect = "after-effect"
+	// AfterResultKept: a completed op's sealed result is stored in
+	// AIRLOCK_RESULTS, its completed event is not.
+	AfterResultKept = "after-result-kept"
 	// AfterResult: the terminal event is stored, the work item is not
 	// acknowledged.
 	AfterResult = "after-result"
@@ -48,7 +51,7 @@ const (
 )
 
 // Kills lists the kill points, for harnesses that try each.
-var Kills = []string{AfterClaim, AfterStarted, AfterEffect, AfterResult, PatchBetweenFiles}
+var Kills = []string{AfterClaim, AfterStarted, AfterEffect, AfterResultKept, AfterResult, PatchBetweenFiles}
 
 // EnvVar arms failpoints in test builds.
 const EnvVar = "AIRLOCK_FAILPOINT"

@@ -20,6 +20,9 @@ func (p *Policy) computeHash() (string, error) {
 		Mode   Mode            `json:"mode"`
 		Root   string          `json:"root"`
 		Agents map[string]Mode `json:"agents"`
+		// Results only when set, so that a policy without them keeps the
+		// hash it had before results were kept.
+		Results *events.Retention `json:"results,omitempty"`
 	}
 	type ruleNorm struct {
 		Name   string  `json:"name"`
@@ -29,7 +32,7 @@ func (p *Policy) computeHash() (string, error) {
 	}
 	wss := make(map[string]wsNorm, len(p.workspaces))
 	for n, w := range p.workspaces {
-		wss[n] = wsNorm{w.mode, w.root, w.agents}
+		wss[n] = wsNorm{w.mode, w.root, w.agents, w.results}
 	}
 	rules := make([]ruleNorm, 0, len(p.spec.Rules))
 	for _, r := range p.spec.Rules {
@@ -41,7 +44,8 @@ func (p *Policy) computeHash() (string, error) {
 		Workspaces  map[string]wsNorm `json:"workspaces"`
 		Rules       []ruleNorm        `json:"rules"`
 		HoldTTL     string            `json:"hold_ttl"`
-	}{p.tools, p.defaultMode, wss, rules, p.holdTTL.String()}
+		Results     *events.Retention `json:"results,omitempty"`
+	}{p.tools, p.defaultMode, wss, rules, p.holdTTL.String(), p.results}
 	raw, err := json.Marshal(norm)
 	if err != nil {
 		return "", fmt.Errorf("hash: %w", err)

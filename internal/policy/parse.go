@@ -100,14 +100,19 @@ type shape struct {
 }
 
 var (
-	scalarShape = &shape{kind: yaml.ScalarNode}
-	specShape   = &shape{kind: yaml.MappingNode, fields: map[string]*shape{
+	scalarShape  = &shape{kind: yaml.ScalarNode}
+	resultsShape = &shape{kind: yaml.MappingNode, fields: map[string]*shape{
+		"ttl":                  scalarShape,
+		"erase_after_delivery": scalarShape,
+	}}
+	specShape = &shape{kind: yaml.MappingNode, fields: map[string]*shape{
 		"tools":        {kind: yaml.MappingNode, elem: scalarShape},
 		"default_mode": scalarShape,
 		"workspaces": {kind: yaml.MappingNode, elem: &shape{kind: yaml.MappingNode, fields: map[string]*shape{
 			"mode":   scalarShape,
 			"root":   scalarShape,
-			"agents": {kind: yaml.MappingNode, elem: scalarShape},
+			"agents":  {kind: yaml.MappingNode, elem: scalarShape},
+			"results": resultsShape,
 		}}},
 		"rules": {kind: yaml.SequenceNode, elem: &shape{kind: yaml.MappingNode, fields: map[string]*shape{
 			"name":   scalarShape,
@@ -116,6 +121,7 @@ var (
 			"reason": scalarShape,
 		}}},
 		"hold_ttl": scalarShape,
+		"results":  resultsShape,
 	}}
 )
 

@@ -90,9 +90,9 @@ func TestParseErrors(t *testing.T) {
 		{"null", "null\n", "policy: empty document"},
 		{"not a mapping", "- tools\n", "policy: line 1: the document must be a mapping"},
 		{"scalar document", "hello\n", "policy: line 1: the document must be a mapping"},
-		{"unknown top-level key", "tools: {echo: read}\ntool: {}\n", `policy: line 2: unknown key "tool" in the document; known keys: default_mode, hold_ttl, rules, tools, workspaces`},
+		{"unknown top-level key", "tools: {echo: read}\ntool: {}\n", `policy: line 2: unknown key "tool" in the document; known keys: default_mode, hold_ttl, results, rules, tools, workspaces`},
 		{"unknown top-level key in JSON", `{"tools": {}, "holdTTL": "1m"}`, `policy: line 1: unknown key "holdTTL" in the document`},
-		{"unknown workspace key", "workspaces:\n  dev:\n    mode: auto\n    moed: confirm\n", `policy: line 4: unknown key "moed" in workspaces.dev; known keys: agents, mode, root`},
+		{"unknown workspace key", "workspaces:\n  dev:\n    mode: auto\n    moed: confirm\n", `policy: line 4: unknown key "moed" in workspaces.dev; known keys: agents, mode, results, root`},
 		{"unknown rule key", "rules:\n  - name: r\n    when: 'true'\n    action: allow\n    priority: 1\n", `policy: line 5: unknown key "priority" in rules[0]; known keys: action, name, reason, when`},
 		{"duplicate top-level key", "default_mode: auto\ndefault_mode: locked\n", `policy: line 2: duplicate key "default_mode" in the document (first at line 1)`},
 		{"duplicate tool", "tools:\n  echo: read\n  echo: destructive\n", `policy: line 3: duplicate key "echo" in tools (first at line 2)`},
@@ -185,7 +185,7 @@ func TestLoad(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("tools: {}\nextra: 1\n"), 0o600))
 	_, err = policy.Load(bad)
 	require.Error(t, err)
-	assert.Equal(t, "policy: "+bad+`: line 2: unknown key "extra" in the document; known keys: default_mode, hold_ttl, rules, tools, workspaces`, err.Error())
+	assert.Equal(t, "policy: "+bad+`: line 2: unknown key "extra" in the document; known keys: default_mode, hold_ttl, results, rules, tools, workspaces`, err.Error())
 
 	_, err = policy.Load(filepath.Join(dir, "missing.yaml"))
 	require.Error(t, err)

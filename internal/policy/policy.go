@@ -79,6 +79,18 @@ type Spec struct {
 	// HoldTTL is how long a hold waits (Go duration); empty for
 	// DefaultHoldTTL.
 	HoldTTL string `json:"hold_ttl,omitempty" yaml:"hold_ttl"`
+	// Results is how long results are kept for the agents that asked, in
+	// every workspace that sets none; nil for serve's --result-ttl.
+	Results *ResultsSpec `json:"results,omitempty" yaml:"results"`
+}
+
+// ResultsSpec is how long a completed op's result is kept, sealed, for
+// the agent that asked (ADR 0018).
+type ResultsSpec struct {
+	// TTL is a Go duration from 1s to 720h, or "0" to keep none.
+	TTL string `json:"ttl,omitempty" yaml:"ttl"`
+	// EraseAfterDelivery erases a result as soon as the agent has it.
+	EraseAfterDelivery bool `json:"erase_after_delivery,omitempty" yaml:"erase_after_delivery"`
 }
 
 // WorkspaceSpec configures one workspace.
@@ -89,6 +101,8 @@ type WorkspaceSpec struct {
 	Root string `json:"root,omitempty" yaml:"root"`
 	// Agents overrides the mode for named agents.
 	Agents map[string]string `json:"agents,omitempty" yaml:"agents"`
+	// Results overrides the policy's results for this workspace.
+	Results *ResultsSpec `json:"results,omitempty" yaml:"results"`
 }
 
 // RuleSpec is one rule: when its CEL expression is true, its action
@@ -104,10 +118,18 @@ func (s Spec) clone() Spec {
 	c := s
 	c.Tools = maps.Clone(s.Tools)
 	c.Rules = slices.Clone(s.Rules)
+	if s.Results != nil {
+		r := *s.Results
+		c.Results = &r
+	}
 	if s.Workspaces != nil {
 		c.Workspaces = make(map[string]WorkspaceSpec, len(s.Workspaces))
 		for n, w := range s.Workspaces {
 			w.Agents = maps.Clone(w.Agents)
+			if w.Results != nil {
+				r := *w.Results
+				w.Results = &r
+			}
 			c.Workspaces[n] = w
 		}
 	}
@@ -115,9 +137,10 @@ func (s Spec) clone() Spec {
 }
 
 type workspace struct {
-	mode   Mode
-	root   string
-	agents map[string]Mode
+	mode    Mode
+	root    string
+	agents  map[string]Mode
+	results *events.Retention
 }
 
 // Policy is immutable once built; it is safe for concurrent use.
@@ -128,6 +151,7 @@ type Policy struct {
 	workspaces  map[string]workspace
 	rules       []rule
 	holdTTL     time.Duration
+	results     *events.Retention
 	hash        string
 	warnings    []string
 }
@@ -199,6 +223,13 @@ func build(spec Spec) (*Policy, error) {
 			}
 			ws.agents[a] = p.parseMode("workspaces."+name+".agents."+a, w.Agents[a])
 		}
+		if w.Results != nil {
+			r, err := retention("workspaces."+name+".results", *w.Results)
+			if err != nil {
+				return nil, err
+			}
+			ws.results = &r
+		}
 		p.workspaces[name] = ws
 	}
 	if spec.HoldTTL != "" {
@@ -207,6 +238,13 @@ func build(spec Spec) (*Policy, error) {
 			return nil, fmt.Errorf("hold_ttl %q: want a duration from %s to %s, such as 15m", truncate(spec.HoldTTL, 80), MinHoldTTL, MaxHoldTTL)
 		}
 		p.holdTTL = d
+	}
+	if spec.Results != nil {
+		r, err := retention("results", *spec.Results)
+		if err != nil {
+			return nil, err
+		}
+		p.results = &r
 	}
 	rules, err := compileRules(spec.Rules)
 	if err != nil {
@@ -217,6 +255,32 @@ func build(spec Spec) (*Policy, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// retention checks a results spec at path.
+func retention(path string, r ResultsSpec) (events.Retention, error) {
+	var d time.Duration
+	if r.TTL != "" {
+		var err error
+		if d, err = time.ParseDuration(r.TTL); err != nil || events.ValidTTL(d) != nil {
+			return events.Retention{}, fmt.Errorf("%s.ttl %q: want 0 (keep none) or whole seconds from 1s to %s, such as 24h", path, truncate(r.TTL, 80), events.MaxResultTTL)
+		}
+	} else {
+		d = events.DefaultResultTTL
+	}
+	return events.Retention{TTLSeconds: int64(d / time.Second), EraseOnDelivery: r.EraseAfterDelivery && d > 0}, nil
+}
+
+// Results is what the policy keeps of results in workspace ws, and false
+// when it says nothing (serve's --result-ttl applies).
+func (p *Policy) Results(ws string) (events.Retention, bool) {
+	if w, ok := p.workspaces[ws]; ok && w.results != nil {
+		return *w.results, true
+	}
+	if p.results != nil {
+		return *p.results, true
+	}
+	return events.Retention{}, false
 }
 
 // parseMode parses a mode at path, warning when it does not parse.

@@ -206,6 +206,8 @@ type Batch struct {
 type entry struct {
 	op   *events.Op
 	from events.State // state at the start of the batch; StateNew if absent
+	// fromKept: the op's result was kept at the start of the batch.
+	fromKept bool
 }
 
 // NewBatch starts a batch.
@@ -238,7 +240,7 @@ func (b *Batch) Op(id string, known bool) (*events.Op, error) {
 			}
 		}
 	}
-	b.ops[id] = &entry{op: op, from: op.State}
+	b.ops[id] = &entry{op: op, from: op.State, fromKept: keptNow(op)}
 	b.order = append(b.order, id)
 	return op, nil
 }
@@ -267,6 +269,7 @@ func (b *Batch) Commit(sync bool) error {
 func (b *Batch) commit(sync bool) error {
 	pb := &sorted{w: make([]sortedWrite, 0, 8*len(b.order)+4*len(b.leaves)+8)}
 	delta := countDelta{}
+	retained := map[string]int64{}
 	for _, id := range b.order {
 		e := b.ops[id]
 		if e.op.State == events.StateNew {
@@ -277,6 +280,9 @@ func (b *Batch) commit(sync bool) error {
 			return fmt.Errorf("store: marshal op %s: %w", id, err)
 		}
 		if err := pb.Set(opKey(id), v, nil); err != nil {
+			return err
+		}
+		if err := markResult(pb, e, retained); err != nil { // see results.go
 			return err
 		}
 		if e.from == e.op.State {
@@ -296,6 +302,9 @@ func (b *Batch) commit(sync bool) error {
 		if err := pb.Set(orderKey("s/"+string(e.op.State)+"/", e.op), nil, nil); err != nil {
 			return err
 		}
+	}
+	if err := b.s.writeRetained(pb, retained); err != nil {
+		return err
 	}
 	countsOK := len(delta) == 0 || writeCounts(pb, b.s.counts, delta)
 	if err := b.writeLog(pb); err != nil {

@@ -27,6 +27,9 @@ const (
 	// Held is the stream of held ops' requests (argument plaintext), one
 	// per op, moved out of Requests while the hold lasts.
 	Held = "AIRLOCK_HELD"
+	// Results is the stream of completed ops' results, each sealed to the
+	// agent that asked (ADR 0018), kept for the op's retention.
+	Results = "AIRLOCK_RESULTS"
 	// GateConsumer is the gate's durable consumer of requests.
 	GateConsumer = "airlock-gate"
 	// ResumeConsumer is the gate's durable consumer of granted events.
@@ -120,6 +123,32 @@ func HeldConfig(c Config) jetstream.StreamConfig {
 	return sc
 }
 
+// ResultsConfig is the configuration of the results stream: one sealed
+// result per completed op's attempt, each with a per-message TTL (its
+// retention and ResultTTLMargin) that removes it should Airlock never
+// erase it, and erased by subject (purge) when its retention ends. Only
+// Airlock's own principal reads it: no client imports it.
+func ResultsConfig(c Config) jetstream.StreamConfig {
+	c = c.withDefaults()
+	return jetstream.StreamConfig{
+		Name:        Results,
+		Description: "Airlock results, each sealed to the agent that asked",
+		Subjects:    []string{events.ResultSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     storage(c),
+		Replicas:    c.Replicas,
+		Duplicates:  c.Duplicates,
+		MaxMsgSize:  MaxMsgBytes,
+		Discard:     jetstream.DiscardNew,
+		AllowDirect: true,
+		AllowMsgTTL: true,
+	}
+}
+
+// ResultTTLMargin is how long after its retention a result's own TTL
+// removes it, in case no Airlock process erased it in time.
+const ResultTTLMargin = time.Hour
+
 // OpsConfig is the configuration of the ops stream.
 func OpsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
@@ -191,7 +220,7 @@ func storage(c Config) jetstream.StorageType {
 // Airlock's whole config, but the live feed alone changes nothing else
 // (SetLive): an existing stream keeps its RePublish through the update.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c)} {
+	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c), ResultsConfig(c)} {
 		if st, err := js.Stream(ctx, sc.Name); err == nil {
 			have := st.CachedInfo().Config
 			sc.RePublish = have.RePublish
@@ -264,7 +293,7 @@ func same(have, want jetstream.StreamConfig) bool {
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates &&
 		have.MaxMsgSize == want.MaxMsgSize && have.Discard == want.Discard &&
 		have.AllowDirect == want.AllowDirect && have.DenyPurge == want.DenyPurge &&
-		have.DenyDelete == want.DenyDelete && sameRePublish(have.RePublish, want.RePublish)
+		have.DenyDelete == want.DenyDelete && have.AllowMsgTTL == want.AllowMsgTTL && sameRePublish(have.RePublish, want.RePublish)
 }
 
 func sameRePublish(a, b *jetstream.RePublish) bool {

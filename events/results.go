@@ -1,0 +1,95 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Results. A completed op's result is kept, sealed to the agent that
+// asked (ADR 0018), in AIRLOCK_RESULTS on ResultSubject, for the
+// retention the policy gave the op; the agent gets it on any retry of the
+// request and by a ResultQuery on its own ResultQuerySubject.
+const (
+	// ResultSubjects are the subjects of AIRLOCK_RESULTS.
+	ResultSubjects = SubjectRoot + ".result.>"
+	// ResultQuerySubjects matches every principal's ResultQuerySubject.
+	ResultQuerySubjects = SubjectRoot + ".fetch.*"
+
+	// DefaultResultTTL is how long a result is kept when neither the
+	// policy nor serve's --result-ttl says otherwise.
+	DefaultResultTTL = 24 * time.Hour
+	// MaxResultTTL bounds a result's retention.
+	MaxResultTTL = 30 * 24 * time.Hour
+	// DefaultRetainedBytes bounds the sealed bytes one workspace keeps;
+	// over it the oldest results are erased first.
+	DefaultRetainedBytes = 1 << 30
+)
+
+// ResultSubject is where AIRLOCK_RESULTS keeps the sealed result of one
+// attempt of op: airlock.v1.result.<ws>.<op>.<attempt>. The completed
+// event names the attempt whose result counts; a result stored by an
+// attempt that lost its compare-and-swap is never read, and is erased
+// with the op's.
+func ResultSubject(ws, op, attempt string) string {
+	return SubjectRoot + ".result." + ws + "." + op + "." + attempt
+}
+
+// ResultFilter matches every stored result of op.
+func ResultFilter(ws, op string) string { return SubjectRoot + ".result." + ws + "." + op + ".*" }
+
+// ResultQuerySubject is where principal asks for results:
+// airlock.v1.fetch.<principal>. With credentials on, the server lets a
+// principal publish only under its own name, so the name is who asks.
+func ResultQuerySubject(principal string) string { return SubjectRoot + ".fetch." + principal }
+
+// Retention is what the policy keeps of an op's result.
+type Retention struct {
+	// TTLSeconds is how long the result is kept after the op completes;
+	// 0 keeps nothing.
+	TTLSeconds int64 `json:"ttl_s"`
+	// EraseOnDelivery erases it once the agent confirms it has it.
+	EraseOnDelivery bool `json:"erase_on_delivery,omitempty"`
+}
+
+// TTL is the retention's time-to-live.
+func (r Retention) TTL() time.Duration { return time.Duration(r.TTLSeconds) * time.Second }
+
+// ValidTTL checks a result time-to-live: 0 (keep nothing) or 1 s to
+// MaxResultTTL, in whole seconds.
+func ValidTTL(d time.Duration) error {
+	if d == 0 {
+		return nil
+	}
+	if d < time.Second || d > MaxResultTTL || d%time.Second != 0 {
+		return fmt.Errorf("result ttl %s: want 0 (keep none) or whole seconds from 1s to %s", d, MaxResultTTL)
+	}
+	return nil
+}
+
+// ResultQuery asks for a completed op's result. Delivered, from the agent
+// that asked for the op, confirms that it has the result (it opened it and
+// checked it against the digest): a result kept with erase on delivery is
+// erased then.
+type ResultQuery struct {
+	OpID      string `json:"op_id"`
+	Delivered bool   `json:"delivered,omitempty"`
+}
+
+// ResultAnswer answers a ResultQuery. Sealed is the result sealed to the
+// requesting agent; Result is the result itself when Airlock holds the
+// key it is sealed to (--no-auth). Either is checked against ResultDigest,
+// the digest the op's completed event recorded, before use.
+type ResultAnswer struct {
+	OpID            string          `json:"op_id"`
+	Workspace       string          `json:"workspace"`
+	State           State           `json:"state"`
+	ResultDigest    string          `json:"result_digest"`
+	ResultBytes     int             `json:"result_bytes"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	Sealed          []byte          `json:"sealed_result,omitempty"`
+	KeptUntil       *time.Time      `json:"result_kept_until,omitempty"`
+	EraseOnDelivery bool            `json:"result_erase_on_delivery,omitempty"`
+	// Erased is set in the answer to Delivered once the result is gone.
+	Erased bool `json:"erased,omitempty"`
+}

@@ -1,0 +1,239 @@
+// Package results keeps completed ops' results for the agents that asked
+// (ADR 0018): sealed to the agent's key (internal/seal) and stored in
+// AIRLOCK_RESULTS, one message per attempt, until the op's retention
+// ends. The runner keeps them (Keep, before the completed event); the
+// gate's answer to a retry and the query service's result endpoint read
+// them (Get); the eraser removes them (Erase).
+package results
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/seal"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Keys says whom an agent's results are sealed to.
+type Keys interface {
+	// Recipient is agent's key, and false for an agent with none (its
+	// results are not kept).
+	Recipient(agent string) (*ecdh.PublicKey, bool)
+}
+
+// NkeyKeys seals to each agent's own nkey: its public key in the
+// principal list, its seed with the agent alone (when the operator has
+// moved it out of the data dir).
+type NkeyKeys struct {
+	// Lookup returns agent's nkey user public key ("U..."), or false.
+	Lookup func(agent string) (string, bool)
+
+	mu    sync.Mutex
+	cache map[string]*ecdh.PublicKey
+}
+
+// Recipient implements Keys.
+func (k *NkeyKeys) Recipient(agent string) (*ecdh.PublicKey, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if r, ok := k.cache[agent]; ok {
+		return r, true
+	}
+	pub, ok := k.Lookup(agent)
+	if !ok {
+		return nil, false
+	}
+	r, err := seal.Recipient(pub)
+	if err != nil {
+		return nil, false
+	}
+	if k.cache == nil {
+		k.cache = map[string]*ecdh.PublicKey{}
+	}
+	k.cache[agent] = r
+	return r, true
+}
+
+// DeploymentKeys seals every agent's results to the deployment's own
+// key, for --no-auth, where no agent has a key of its own: Airlock opens
+// them for whoever asks in the agent's name.
+type DeploymentKeys struct{ Opener *seal.Opener }
+
+// Recipient implements Keys.
+func (k DeploymentKeys) Recipient(string) (*ecdh.PublicKey, bool) { return k.Opener.Public(), true }
+
+// KeyFile holds the deployment's result key, in a data dir that keeps no
+// audit log (and so has no audit key to derive it from).
+const KeyFile = "results.key"
+
+// DeploymentKey derives the deployment's result key from its audit key
+// (dataDir's audit.key, the same file on every data dir of a deployment),
+// so that every process can open what any sealed under --no-auth. A data
+// dir with no audit key gets a random KeyFile instead.
+func DeploymentKey(dataDir string) (*seal.Opener, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, audit.KeyFile))
+	if errors.Is(err, os.ErrNotExist) {
+		b, err = ownKey(filepath.Join(dataDir, KeyFile))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("results: deployment key: %w", err)
+	}
+	defer clear(b)
+	k, err := hkdf.Key(sha256.New, []byte(strings.TrimSpace(string(b))), nil, "airlock results --no-auth v1", 32)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(k)
+	priv, err := ecdh.X25519().NewPrivateKey(k)
+	if err != nil {
+		return nil, err
+	}
+	return seal.NewOpener(priv), nil
+}
+
+// Store reads and writes AIRLOCK_RESULTS. It is safe for concurrent use.
+type Store struct {
+	js     jetstream.JetStream
+	keys   Keys
+	own    *seal.Opener // opens what Airlock sealed to itself; may be nil
+	sealer *seal.Sealer
+	log    *slog.Logger
+
+	mu sync.Mutex
+	st jetstream.Stream
+}
+
+// New returns a store. own, when not nil, is the key of DeploymentKeys:
+// results sealed to it are opened for the asker (Open).
+func New(js jetstream.JetStream, keys Keys, own *seal.Opener, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Store{js: js, keys: keys, own: own, sealer: seal.NewSealer(), log: log}
+}
+
+func (s *Store) stream(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st != nil {
+		return s.st, nil
+	}
+	st, err := s.js.Stream(ctx, streams.Results)
+	if err != nil {
+		return nil, fmt.Errorf("results: %w", err)
+	}
+	s.st = st
+	return st, nil
+}
+
+// Keep implements executor.ResultKeeper: it seals the result to the
+// agent and stores it, deduplicated by op and attempt, with a TTL of the
+// retention and streams.ResultTTLMargin.
+func (s *Store) Keep(ctx context.Context, r executor.KeptResult) (*time.Time, error) {
+	ttl := r.Retention.TTL()
+	if ttl <= 0 {
+		return nil, nil
+	}
+	rcpt, ok := s.keys.Recipient(r.Agent)
+	if !ok {
+		s.log.Warn("result not kept: the agent has no key", "op", r.OpID, "agent", r.Agent)
+		return nil, nil
+	}
+	sealed, err := s.sealer.Seal(rcpt, r.OpID, r.Result)
+	if err != nil {
+		return nil, err
+	}
+	until := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	_, err = s.js.Publish(ctx, events.ResultSubject(r.Workspace, r.OpID, r.Attempt), sealed,
+		jetstream.WithMsgID(r.OpID+"."+r.Attempt), jetstream.WithMsgTTL(ttl+streams.ResultTTLMargin),
+		jetstream.WithExpectStream(streams.Results))
+	if err != nil {
+		return nil, fmt.Errorf("results: store: %w", err)
+	}
+	return &until, nil
+}
+
+// ErrGone is Get's error for a result that is not stored (erased, or
+// removed by its TTL).
+var ErrGone = errors.New("results: not stored")
+
+// Get returns the sealed result of op's attempt.
+func (s *Store) Get(ctx context.Context, ws, op, attempt string) ([]byte, error) {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, events.ResultSubject(ws, op, attempt))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrGone
+	}
+	if err != nil {
+		return nil, fmt.Errorf("results: read: %w", err)
+	}
+	return m.Data, nil
+}
+
+// Open opens sealed when it is sealed to Airlock's own key (--no-auth);
+// ok is false otherwise, and the asker opens it with its own.
+func (s *Store) Open(op string, sealed []byte) (plain []byte, ok bool) {
+	if s.own == nil {
+		return nil, false
+	}
+	plain, err := s.own.Open(op, sealed)
+	return plain, err == nil
+}
+
+// Erase removes every stored result of op (every attempt's). Erasing
+// what is gone is not an error.
+func (s *Store) Erase(ctx context.Context, ws, op string) error {
+	st, err := s.stream(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(events.ResultFilter(ws, op))); err != nil {
+		return fmt.Errorf("results: erase %s: %w", op, err)
+	}
+	return nil
+}
+
+// ownKey reads path, first writing 32 random bytes there (mode 0600) if
+// it does not exist.
+func ownKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return b, err
+	}
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(k); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return k, f.Close()
+}

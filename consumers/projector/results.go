@@ -193,10 +193,10 @@ func EraseResult(ctx context.Context, js jetstream.JetStream, ops jetstream.Stre
 
 // resultEndpoint answers events.ResultQuery on events.ResultQuerySubjects.
 type resultEndpoint struct {
-	st   *store.Store
-	rs   *results.Store
-	js   jetstream.JetStream
-	ops  atomic.Pointer[jetstream.Stream]
+	st  *store.Store
+	rs  *results.Store
+	js  jetstream.JetStream
+	ops atomic.Pointer[jetstream.Stream]
 }
 
 // resultTimeout bounds one answer of the result endpoint.

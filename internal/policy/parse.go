@@ -109,8 +109,8 @@ var (
 		"tools":        {kind: yaml.MappingNode, elem: scalarShape},
 		"default_mode": scalarShape,
 		"workspaces": {kind: yaml.MappingNode, elem: &shape{kind: yaml.MappingNode, fields: map[string]*shape{
-			"mode":   scalarShape,
-			"root":   scalarShape,
+			"mode":    scalarShape,
+			"root":    scalarShape,
 			"agents":  {kind: yaml.MappingNode, elem: scalarShape},
 			"results": resultsShape,
 		}}},

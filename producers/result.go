@@ -64,15 +64,37 @@ func (c *Client) open(ctx context.Context, agent string, o *Outcome) error {
 			"the result of %s has digest %s, but its completed event records %s: not used", o.OpID, got, o.ResultDigest)
 	}
 	if o.eraseOnDelivery {
-		// Best effort: a confirmation that is lost leaves the result
-		// until its retention ends.
-		var ans events.ResultAnswer
-		if err := c.query(ctx, events.ResultQuerySubject(agent), events.ResultQuery{OpID: o.OpID, Delivered: true}, &ans); err == nil && ans.Erased {
+		o.eraseOnDelivery = false
+		if c.confirm(ctx, agent, o.OpID) {
 			o.ResultKeptUntil = nil
 		}
-		o.eraseOnDelivery = false
 	}
 	return nil
+}
+
+// confirm tells Airlock that agent has op's result, so that a result kept
+// with erase on delivery is erased, and reports whether it was. Best
+// effort: a confirmation that is lost leaves the result until its
+// retention ends. The projection may not have folded the completion yet
+// (the runner's reply comes first): that is asked again.
+func (c *Client) confirm(ctx context.Context, agent, opID string) bool {
+	for try := 0; try < resultTries; try++ {
+		var ans events.ResultAnswer
+		err := c.query(ctx, events.ResultQuerySubject(agent), events.ResultQuery{OpID: opID, Delivered: true}, &ans)
+		if err == nil {
+			return ans.Erased
+		}
+		var e *events.Error
+		if !errors.As(err, &e) || (e.Code != events.CodeNotFound && e.Code != events.CodeNotCompleted && e.Code != events.CodeUnavailable) {
+			return false
+		}
+		select {
+		case <-time.After(resultRetry):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return false
 }
 
 // resultTries and resultRetry bound how long withResult asks for a result

@@ -197,8 +197,9 @@ func (g *globals) agentClient(opts ...producers.Option) (*producers.Client, func
 			nc.Close()
 			return nil, nil, err
 		}
+		// Options run in New: the seed is cleared once it has.
+		defer clear(seed)
 		opts = append(opts, producers.WithAgentKey(seed))
-		clear(seed)
 	}
 	c, err := producers.New(nc, opts...)
 	if err != nil {

@@ -169,5 +169,10 @@ func Seed(path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	defer kp.Wipe()
-	return kp.Seed()
+	seed, err := kp.Seed()
+	if err != nil {
+		return nil, err
+	}
+	// Seed is the key pair's own slice, which Wipe clears.
+	return append([]byte(nil), seed...), nil
 }

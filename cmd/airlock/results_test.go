@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// resultsPolicy holds exec in workspace "review" (root root), runs it at
+// once in "auto", and keeps results in "brief" for ttl only.
+func resultsPolicy(t *testing.T, root, ttl string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "policy.yaml")
+	body := fmt.Sprintf("tools: {exec: exec, echo: read}\ndefault_mode: auto\nworkspaces:\n"+
+		"  review: {mode: confirm, root: %[1]q}\n  auto: {mode: auto, root: %[1]q}\n"+
+		"  brief: {mode: auto, root: %[1]q, results: {ttl: %[2]s}}\n"+
+		"  once: {mode: auto, root: %[1]q, results: {erase_after_delivery: true}}\n", root, ttl)
+	require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
+	return p
+}
+
+type submitted struct {
+	OpID         string `json:"op_id"`
+	State        string `json:"state"`
+	HoldID       string `json:"hold_id"`
+	Result       json.RawMessage
+	ResultDigest string `json:"result_digest"`
+	ResultCode   string `json:"result_code"`
+	ErrorCode    string `json:"error_code"`
+	Error        string `json:"error"`
+}
+
+func decode(t *testing.T, out string) submitted {
+	t.Helper()
+	var s submitted
+	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
+	return s
+}
+
+// The issue's case: a held exec, granted, runs once; the agent's retry of
+// the same submit gets the full stdout, so does ops result, and nobody but
+// the requesting agent gets more than the digest.
+func TestHeldExecResultReachesTheAgent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, root := t.TempDir(), t.TempDir()
+	_, _, code := run(t, "creds", "add", "other", "--role", "agent", "--data", dir)
+	require.Equal(t, 0, code)
+	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "24h"))
+
+	marker := filepath.Join(root, "ran")
+	secret := "stdout-" + strings.Repeat("s3cr3t", 8)
+	args, _ := json.Marshal(map[string]any{"argv": []string{"/bin/sh", "-c", "echo run >> " + marker + "; echo " + secret}})
+	out, _, code := srv.run(t, "submit", "--ws", "review", "--tool", "exec", "--args", string(args), "--json")
+	require.Equal(t, 3, code, out)
+	held := decode(t, out)
+	require.Equal(t, "APPROVAL_REQUIRED", held.ErrorCode)
+
+	out, errOut, code := srv.run(t, "holds", "grant", held.HoldID, "--reason", "fine")
+	require.Equal(t, 0, code, out+errOut)
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", held.OpID, "--json")
+		return strings.Contains(out, `"state":"completed"`)
+	}, 15*time.Second, 50*time.Millisecond)
+
+	// The same submit again: the full stdout, exit 0.
+	out, errOut, code = srv.run(t, "submit", "--ws", "review", "--tool", "exec", "--args", string(args))
+	require.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, held.OpID+" completed")
+	assert.Contains(t, out, secret)
+	out, _, code = srv.run(t, "submit", "--ws", "review", "--tool", "exec", "--args", string(args), "--json")
+	require.Equal(t, 0, code, out)
+	again := decode(t, out)
+	assert.Contains(t, string(again.Result), secret)
+
+	// ops result, as the agent: the result itself.
+	out, errOut, code = srv.run(t, "ops", "result", held.OpID)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, secret)
+	assert.Contains(t, out, `"exit_code":0`)
+
+	// Everyone else: the digest, never the bytes.
+	for _, who := range []string{"other", "approver", "operator", "auditor"} {
+		creds := filepath.Join(dir, "creds", who+".creds")
+		out, errOut, code := srv.run(t, "ops", "result", held.OpID, "--creds", creds)
+		assert.Equal(t, 1, code, who+": "+out+errOut)
+		assert.Contains(t, errOut, "NOT_REQUESTER", who)
+		assert.Contains(t, errOut, again.ResultDigest, who)
+		assert.NotContains(t, out+errOut, secret, who)
+		// Asking in the agent's name is refused by the server.
+		out, errOut, code = srv.run(t, "ops", "result", held.OpID, "--creds", creds, "--agent", "agent")
+		assert.Equal(t, 1, code, who)
+		assert.Contains(t, errOut, "PERMISSION_DENIED", who)
+		assert.NotContains(t, out+errOut, secret, who)
+		out, _, _ = srv.run(t, "ops", "get", held.OpID, "--json", "--creds", creds)
+		assert.NotContains(t, out, secret, who)
+	}
+
+	// It ran once.
+	b, err := os.ReadFile(marker)
+	require.NoError(t, err)
+	assert.Equal(t, "run\n", string(b))
+}
+
+// A held submit --wait waits through the grant and prints the result.
+func TestHeldSubmitWaitsThroughTheGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, root := t.TempDir(), t.TempDir()
+	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "24h"))
+	args := `{"argv":["/bin/echo","through the hold"]}`
+	type res struct {
+		out, errOut string
+		code        int
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, errOut, code := srv.run(t, "submit", "--ws", "review", "--tool", "exec", "--args", args, "--wait", "60s")
+		done <- res{out, errOut, code}
+	}()
+	var holdID string
+	require.Eventually(t, func() bool {
+		out, _, code := srv.run(t, "holds", "list", "--json")
+		if code != 0 {
+			return false
+		}
+		var hs []struct {
+			HoldID string `json:"hold_id"`
+		}
+		if json.Unmarshal([]byte(out), &hs) != nil || len(hs) == 0 {
+			return false
+		}
+		holdID = hs[0].HoldID
+		return true
+	}, 15*time.Second, 100*time.Millisecond)
+	out, errOut, code := srv.run(t, "holds", "grant", holdID, "--reason", "ok")
+	require.Equal(t, 0, code, out+errOut)
+	select {
+	case r := <-done:
+		require.Equal(t, 0, r.code, r.out+r.errOut)
+		assert.Contains(t, r.out, "completed")
+		assert.Contains(t, r.out, "through the hold")
+	case <-time.After(60 * time.Second):
+		t.Fatal("submit --wait did not return after the grant")
+	}
+}
+
+// A short retention erases the result: the fetch says RESULT_EXPIRED with
+// the digest, and the log records the erasure.
+func TestResultRetentionEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, root := t.TempDir(), t.TempDir()
+	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "2s"))
+	out, errOut, code := srv.run(t, "submit", "--ws", "brief", "--tool", "exec", "--args", `{"argv":["/bin/echo","short-lived"]}`, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	s := decode(t, out)
+	assert.Contains(t, string(s.Result), "short-lived")
+	out, _, code = srv.run(t, "ops", "result", s.OpID)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "short-lived")
+
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", s.OpID, "--json")
+		return strings.Contains(out, `"result_erased":"expired"`)
+	}, 20*time.Second, 200*time.Millisecond)
+	out, errOut, code = srv.run(t, "ops", "result", s.OpID)
+	assert.Equal(t, 4, code, out+errOut)
+	assert.Contains(t, errOut, "RESULT_EXPIRED")
+	assert.Contains(t, errOut, s.ResultDigest)
+	// The retry says so too, and exits 0: the op completed.
+	out, errOut, code = srv.run(t, "submit", "--ws", "brief", "--tool", "exec", "--args", `{"argv":["/bin/echo","short-lived"]}`)
+	assert.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, "result not available: RESULT_EXPIRED")
+	assert.NotContains(t, out, "short-lived")
+
+	// Erase on delivery: the first fetch has it, the next does not.
+	out, errOut, code = srv.run(t, "submit", "--ws", "once", "--tool", "exec", "--args", `{"argv":["/bin/echo","read-once"]}`, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	s = decode(t, out)
+	assert.Contains(t, string(s.Result), "read-once")
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", s.OpID, "--json")
+		return strings.Contains(out, `"result_erased":"delivered"`)
+	}, 10*time.Second, 100*time.Millisecond)
+	out, errOut, code = srv.run(t, "ops", "result", s.OpID)
+	assert.Equal(t, 4, code, out+errOut)
+	assert.Contains(t, errOut, "RESULT_EXPIRED")
+}

@@ -200,15 +200,18 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 	}{
 		{"exec after claim", "exec", failpoint.AfterClaim, expect{events.StateCompleted, 1}},   // never spawned: run
 		{"exec after effect", "exec", failpoint.AfterEffect, expect{events.StateCompleted, 1}}, // exit recorded: done
-		{"exec after result", "exec", failpoint.AfterResult, expect{events.StateCompleted, 1}}, // stored already
+		{"exec after result kept", "exec", failpoint.AfterResultKept, expect{events.StateCompleted, 1}}, // result stored, no event
+		{"exec after result", "exec", failpoint.AfterResult, expect{events.StateCompleted, 1}},          // stored already
 		{"exec record error", "exec", failpoint.RecordError, expect{events.StateCompleted, 1}}, // exit recorded: done
 		{"patch after claim", "apply_patch", failpoint.AfterClaim, expect{events.StateCompleted, 1}},
 		{"patch between files", "apply_patch", failpoint.PatchBetweenFiles, expect{events.StateAmbiguous, -1}},
 		{"patch after effect", "apply_patch", failpoint.AfterEffect, expect{events.StateCompleted, 1}},
+		{"patch after result kept", "apply_patch", failpoint.AfterResultKept, expect{events.StateCompleted, 1}},
 		{"patch after result", "apply_patch", failpoint.AfterResult, expect{events.StateCompleted, 1}},
 		{"patch record error", "apply_patch", failpoint.RecordError, expect{events.StateCompleted, 1}},
 		{"remote after claim", "append", failpoint.AfterClaim, expect{events.StateCompleted, 1}},   // never started, so run
 		{"remote after effect", "append", failpoint.AfterEffect, expect{events.StateCompleted, 1}}, // status: done
+		{"remote after result kept", "append", failpoint.AfterResultKept, expect{events.StateCompleted, 1}},
 		{"remote after result", "append", failpoint.AfterResult, expect{events.StateCompleted, 1}},
 		{"remote record error", "append", failpoint.RecordError, expect{events.StateCompleted, 1}},
 	}
@@ -267,6 +270,14 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 			assert.Equal(t, tc.want.state, op.State, "%s %s", op.ErrorCode, op.Error)
 			assert.Equal(t, tc.want.effects, c.effects(t), "side effects")
 			assert.Equal(t, 1, terminals(t, srv, op.ID), "exactly one terminal event")
+			if op.State == events.StateCompleted {
+				// The result counted is the completed event's, whichever
+				// attempt stored one before the crash: the agent gets it,
+				// checked against the event's digest.
+				out, errOut, code := srv.run(t, "ops", "result", op.ID, "--json")
+				assert.Equal(t, 0, code, out+errOut)
+				assert.Contains(t, out, op.ResultDigest)
+			}
 			if tc.point == failpoint.RecordError {
 				// The attempt started and took effect; recovery stores
 				// its outcome from the executor's records, under no

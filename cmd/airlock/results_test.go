@@ -1,14 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -196,4 +199,79 @@ func TestResultRetentionEnds(t *testing.T) {
 	out, errOut, code = srv.run(t, "ops", "result", s.OpID)
 	assert.Equal(t, 4, code, out+errOut)
 	assert.Contains(t, errOut, "RESULT_EXPIRED")
+}
+
+// scanFor fails the test if any file under dir holds secret; files that
+// vanish during the walk (a store compacting) are skipped.
+func scanFor(t *testing.T, dir, secret, when string) {
+	t.Helper()
+	files := 0
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if os.IsNotExist(err) {
+			return nil
+		}
+		require.NoError(t, err)
+		files++
+		assert.NotContains(t, string(b), secret, "%s: %s holds the result's plaintext", when, path)
+		return nil
+	}))
+	require.Positive(t, files)
+}
+
+// A client killed after publishing never sees the runner's reply; a new
+// client (another process) retrying the request gets the result. No byte
+// of the result is in the data dir at any point, before or after its
+// retention ends.
+func TestLostReplyResultOnRetry(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, root := t.TempDir(), t.TempDir()
+	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "3s"))
+	// The output is made by the shell: the args never hold it.
+	const secret = "res2ult-plaintext-marker"
+	args := `{"argv":["/bin/sh","-c","sleep 1; echo res$((1+1))ult-plaintext-marker"]}`
+
+	first := exec.Command(binary, "submit", "--ws", "brief", "--tool", "exec", "--args", args, "--wait", "30s", "--server="+srv.url, "--data="+srv.dir)
+	require.NoError(t, first.Start())
+	req := events.Request{Workspace: "brief", Agent: "agent", Tool: "exec", Args: json.RawMessage(args)}
+	_, opID := req.Identity()
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", opID, "--json")
+		return strings.Contains(out, `"state":"executing"`)
+	}, 15*time.Second, 20*time.Millisecond)
+	require.NoError(t, first.Process.Kill())
+	_ = first.Wait()
+
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		scanFor(t, dir, secret, "while the op runs and completes")
+		time.Sleep(100 * time.Millisecond)
+	}
+	out, errOut, code := srv.run(t, "submit", "--ws", "brief", "--tool", "exec", "--args", args, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	s := decode(t, out)
+	assert.Equal(t, opID, s.OpID)
+	assert.Contains(t, string(s.Result), secret)
+	scanFor(t, dir, secret, "while the result is kept")
+
+	require.Eventually(t, func() bool {
+		out, _, _ := srv.run(t, "ops", "get", s.OpID, "--json")
+		return strings.Contains(out, `"result_erased":"expired"`)
+	}, 20*time.Second, 200*time.Millisecond)
+	scanFor(t, dir, secret, "after the retention ended")
+	code, err := srv.stop(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 0, code)
+	scanFor(t, dir, secret, "after serve stopped")
 }

@@ -96,6 +96,10 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(w, "exec of /bin/true:           %10.0f ops/s   (pipeline, %d at a time)\n", res.ExecOpsPerS, res.ExecConcurrency)
 				fmt.Fprintf(w, "bare fork/exec of /bin/true: %10.0f /s      (overhead x%.2f)\n", res.ForkExecPerS, res.ExecOverhead)
 			}
+			if res.Fetches > 0 {
+				fmt.Fprintf(w, "pipeline keeping no results: %10.0f ops/s   (keeping them costs %.1f%%)\n", res.OpsPerSNoResults, 100*res.ResultsCost)
+				fmt.Fprintf(w, "result fetch latency:        p50 %.2f ms, p99 %.2f ms  (%d fetches, one at a time)\n", res.FetchP50MS, res.FetchP99MS, res.Fetches)
+			}
 			if res.AuditLeaves > 0 {
 				fmt.Fprintf(w, "pipeline without audit log:  %10.0f ops/s   (the log costs %.1f%%)\n", res.OpsPerSNoLog, 100*res.LogCost)
 				fmt.Fprintf(w, "audit log append:            %10.0f ns/event (%d leaves)\n", res.AuditAppendNS, res.AuditLeaves)
@@ -110,6 +114,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Warmup, "warmup", 2000, "echo ops run first through the same Airlock and not timed (-1: none)")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
+	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.StringVar(&liveFeed, "live-feed", "auto", "auto (off: nobody subscribes) or on, as for serve: on measures what republishing every stored message costs")

@@ -56,6 +56,10 @@ type Config struct {
 	// bare log and then verifies; default 1,000,000, -1 for none. The
 	// phase also runs the pipeline again without the log.
 	AuditLeaves int
+	// Results is the number of results the fetch phase fetches again
+	// after the pipeline phase, one at a time, and the phase also runs
+	// the pipeline again keeping none; default 1000, -1 for none.
+	Results int
 	// Progress, when set, is told how far each phase (the Phase
 	// constants, in the order they run) has got: with 0 done when it
 	// starts, about every 100ms while it runs and once when it ends (done
@@ -64,7 +68,8 @@ type Config struct {
 	// atomic counter, so reporting does not slow them.
 	Progress func(phase string, done, total int64)
 
-	noLog bool // the pipeline keeps no audit log
+	noLog     bool // the pipeline keeps no audit log
+	noResults bool // the pipeline keeps no results
 }
 
 // Result is what a run measured. JSON keys are API.
@@ -124,9 +129,18 @@ type Result struct {
 	// AuditLeaves leaves were appended to a bare log at AuditAppendNS
 	// each (leaf encoding, hashes, Pebble batch, a checkpoint per 1024),
 	// then verified at AuditVerifyPerS leaves/s.
-	AuditLeaves     int     `json:"audit_leaves"`
-	AuditAppendNS   float64 `json:"audit_append_ns"`
-	AuditVerifyPerS float64 `json:"audit_verify_per_s"`
+	// OpsPerSNoResults is the pipeline's ops/s run again keeping no
+	// results; ResultsCost is 1 - OpsPerS/OpsPerSNoResults. Fetches
+	// results were fetched again, one at a time (ops result), at
+	// FetchP50MS and FetchP99MS.
+	OpsPerSNoResults float64 `json:"ops_per_s_no_results"`
+	ResultsCost      float64 `json:"results_cost"`
+	Fetches          int     `json:"fetches"`
+	FetchP50MS       float64 `json:"fetch_p50_ms"`
+	FetchP99MS       float64 `json:"fetch_p99_ms"`
+	AuditLeaves      int     `json:"audit_leaves"`
+	AuditAppendNS    float64 `json:"audit_append_ns"`
+	AuditVerifyPerS  float64 `json:"audit_verify_per_s"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -154,6 +168,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.AuditLeaves == 0 {
 		cfg.AuditLeaves = 1_000_000
 	}
+	if cfg.Results == 0 {
+		cfg.Results = 1000
+	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
 		if err != nil {
@@ -174,10 +191,21 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("raw: %w", err)
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
+	if cfg.Results > 0 {
+		var none Result
+		nocfg := cfg
+		nocfg.Holds, nocfg.Execs, nocfg.Results, nocfg.noResults = -1, -1, -1, true
+		nocfg.Dir = filepath.Join(cfg.Dir, "noresults")
+		if _, _, err := pipeline(ctx, nocfg, &none); err != nil {
+			return res, fmt.Errorf("pipeline keeping no results: %w", err)
+		}
+		res.OpsPerSNoResults = none.OpsPerS
+		res.ResultsCost = 1 - res.OpsPerS/res.OpsPerSNoResults
+	}
 	if cfg.AuditLeaves > 0 {
 		var nolog Result
 		nocfg := cfg
-		nocfg.Holds, nocfg.Execs, nocfg.noLog = -1, -1, true
+		nocfg.Holds, nocfg.Execs, nocfg.Results, nocfg.noLog = -1, -1, -1, true
 		nocfg.Dir = filepath.Join(cfg.Dir, "nolog")
 		if _, _, err := pipeline(ctx, nocfg, &nolog); err != nil {
 			return res, fmt.Errorf("pipeline without the log: %w", err)
@@ -200,7 +228,8 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	a, err := app.Start(ctx, app.Config{
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
-		LiveFeed: cfg.LiveFeed,
+		ResultTTL: resultTTL(cfg.noResults),
+		LiveFeed:  cfg.LiveFeed,
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -242,8 +271,11 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	lat := make([]time.Duration, cfg.Ops)
 	phase := PhasePipeline
-	if cfg.noLog {
+	switch {
+	case cfg.noLog:
 		phase = PhasePipelineNoLog
+	case cfg.noResults:
+		phase = PhasePipelineNoResults
 	}
 	m := cfg.track(phase, cfg.Ops)
 	defer m.end()
@@ -267,6 +299,19 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	var kept uint64
 	if msgs, kept, bytes, err = stored(ctx, a.JetStream); err != nil {
 		return 0, 0, err
+	}
+	if cfg.Results > 0 {
+		// The fetches read the projection: let it fold every outcome.
+		st, err := a.JetStream.Stream(ctx, streams.Ops)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := a.Projector.WaitApplied(ctx, st.CachedInfo().State.LastSeq); err != nil {
+			return 0, 0, err
+		}
+		if err := fetches(ctx, cfg, c, res); err != nil {
+			return 0, 0, fmt.Errorf("fetches: %w", err)
+		}
 	}
 	if cfg.Holds > 0 {
 		if err := holds(ctx, cfg, a, c, res); err != nil {
@@ -293,11 +338,7 @@ func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, pre
 	var completed atomic.Int64
 	took, err := parallel(ctx, m, concurrency, n, func(i int) error {
 		t0 := time.Now()
-		out, err := c.Submit(ctx, events.Request{
-			Workspace: "bench", Agent: "bench", Tool: "echo",
-			Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
-			IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
-		})
+		out, err := c.Submit(ctx, benchRequest(prefix, i))
 		if lat != nil {
 			lat[i] = time.Since(t0)
 		}
@@ -309,11 +350,58 @@ func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, pre
 	return int(completed.Load()), took, err
 }
 
-// stored counts the messages both streams took (erased requests
-// included: their sequences stay taken), the messages they still hold and
-// the bytes of those.
+// benchRequest is the pipeline's ith echo request.
+func benchRequest(prefix string, i int) events.Request {
+	return events.Request{
+		Workspace: "bench", Agent: "bench", Tool: "echo",
+		Args:           json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"hello from the benchmark"}`, i)),
+		IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
+	}
+}
+
+// resultTTL is app.Config.ResultTTL for a pipeline that keeps results or
+// none.
+func resultTTL(none bool) time.Duration {
+	if none {
+		return -1
+	}
+	return 0
+}
+
+// fetches fetches cfg.Results of the pipeline's results again, one at a
+// time, as an agent that lost its replies would (ops result), and takes
+// the latencies.
+func fetches(ctx context.Context, cfg Config, c *producers.Client, res *Result) error {
+	n := min(cfg.Results, cfg.Ops)
+	lat := make([]time.Duration, n)
+	m := cfg.track(PhaseFetch, n)
+	defer m.end()
+	for i := range n {
+		req := benchRequest("bench", i*cfg.Ops/n)
+		_, op := req.Identity()
+		t0 := time.Now()
+		out, err := c.Result(ctx, req.Agent, op)
+		lat[i] = time.Since(t0)
+		if err != nil {
+			return err
+		}
+		if out.Result == nil {
+			return fmt.Errorf("op %s: no result", op)
+		}
+		m.add(1)
+	}
+	slices.Sort(lat)
+	res.Fetches = n
+	res.FetchP50MS = ms(lat[n/2])
+	res.FetchP99MS = ms(lat[n*99/100])
+	return nil
+}
+
+// stored counts the messages the streams took (requests, ops and results;
+// erased requests included: their sequences stay taken), the messages
+// they still hold and the bytes of those.
 func stored(ctx context.Context, js jetstream.JetStream) (msgs, kept, bytes uint64, err error) {
-	for _, name := range []string{streams.Requests, streams.Ops} {
+	for _, name := range []string{streams.Requests, streams.Ops, streams.Results} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			return 0, 0, 0, err

@@ -16,20 +16,20 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var calls []progressCall // Progress is called one at a time
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Dir: t.TempDir(),
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Results: 40, Dir: t.TempDir(),
 		Progress: func(phase string, done, total int64) { calls = append(calls, progressCall{phase, done, total}) }})
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
-		{bench.PhasePipeline, 300, 300}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
-		{bench.PhaseRaw, 1500, 1500}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhasePipeline, 300, 300}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
+		{bench.PhaseRaw, 1800, 1800}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
 	assert.Equal(t, 50, res.Warmup)
 	assert.Greater(t, res.WarmupOpsPerS, 0.0)
-	assert.Equal(t, 5.0, res.MsgsPerOp) // request, decided, claimed, started, completed
-	assert.Equal(t, 1500, res.RawMsgs)
+	assert.Equal(t, 6.0, res.MsgsPerOp) // request, decided, claimed, started, the sealed result, completed
+	assert.Equal(t, 1800, res.RawMsgs)
 	assert.Greater(t, res.RawMsgBytes, 100)
 	assert.Greater(t, res.OpsPerS, 0.0)
 	assert.Greater(t, res.RawMsgsPerS, 0.0)
@@ -43,6 +43,11 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.AuditVerifyPerS, 0.0)
 	assert.Greater(t, res.OpsPerSNoLog, 0.0)
 	assert.InDelta(t, 1-res.OpsPerS/res.OpsPerSNoLog, res.LogCost, 1e-9)
+	assert.Greater(t, res.OpsPerSNoResults, 0.0)
+	assert.InDelta(t, 1-res.OpsPerS/res.OpsPerSNoResults, res.ResultsCost, 1e-9)
+	assert.Equal(t, 40, res.Fetches)
+	assert.Greater(t, res.FetchP50MS, 0.0)
+	assert.LessOrEqual(t, res.FetchP50MS, res.FetchP99MS)
 	assert.Equal(t, 20, res.Execs)
 	assert.Greater(t, res.ExecOpsPerS, 0.0)
 	assert.Greater(t, res.ForkExecPerS, 0.0)

@@ -12,14 +12,16 @@ const progressInterval = 100 * time.Millisecond
 
 // The phases Config.Progress names.
 const (
-	PhasePipeline      = "pipeline"
-	PhaseHolds         = "holds"
-	PhaseExec          = "exec"
-	PhaseForkExec      = "fork/exec"
-	PhaseRaw           = "raw publish"
-	PhasePipelineNoLog = "pipeline, no log"
-	PhaseAuditAppend   = "audit append"
-	PhaseAuditVerify   = "audit verify"
+	PhasePipeline          = "pipeline"
+	PhaseHolds             = "holds"
+	PhaseExec              = "exec"
+	PhaseForkExec          = "fork/exec"
+	PhaseRaw               = "raw publish"
+	PhasePipelineNoLog     = "pipeline, no log"
+	PhasePipelineNoResults = "pipeline, no results kept"
+	PhaseFetch             = "result fetch"
+	PhaseAuditAppend       = "audit append"
+	PhaseAuditVerify       = "audit verify"
 )
 
 // meter counts what a phase has done, for Config.Progress. The hot path

@@ -377,6 +377,7 @@ func TestDecodeDataEveryType(t *testing.T) {
 		events.TypeFailed:       &events.Failed{},
 		events.TypeAmbiguous:    &events.Ambiguous{},
 		events.TypeScrubbed:     &events.Scrubbed{},
+		events.TypeResultErased: &events.ResultErased{},
 		events.TypeModeSet:      &events.ModeSet{},
 		events.TypePolicyLoaded: &events.PolicyLoaded{},
 	}

@@ -384,6 +384,10 @@ func TestSchemasRefuseBadValues(t *testing.T) {
 
 		{"scrubbed: sequence 0", "scrubbed", []edit{{"data.request_seq", put(0)}}, false},
 		{"scrubbed: sequence beyond uint64", "scrubbed", []edit{{"data.request_seq", put(json.Number("18446744073709551616"))}}, false},
+		{"result_erased: unknown reason", "result_erased", []edit{{"data.reason", put("bored")}}, false},
+		{"result_erased: no digest", "result_erased", []edit{{"data.result_digest", del}}, false},
+		{"completed: kept until not a time", "completed", []edit{{"data.result_kept_until", put("tomorrow")}}, false},
+		{"decided: negative ttl", "decided", []edit{{"data.results", put(map[string]any{"ttl_s": -1})}}, false},
 
 		{"set: unknown mode", "set", []edit{{"data.mode", put("off")}}, false},
 		{"set: expiry not a time", "set", []edit{{"data.expires_at", put("18:20")}}, false},

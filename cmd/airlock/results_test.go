@@ -12,6 +12,11 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/seal"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -274,4 +279,60 @@ func TestLostReplyResultOnRetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, code)
 	scanFor(t, dir, secret, "after serve stopped")
+}
+
+// An agent whose seed is not in the data dir has results that no key the
+// data dir holds opens, Airlock's own included; its own seed does, and
+// the CLI with its creds file gets the result.
+func TestDataDirCannotOpenAnExternalAgentsResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir, root, elsewhere := t.TempDir(), t.TempDir(), t.TempDir()
+	agentCreds := filepath.Join(elsewhere, "remote.creds")
+	out, errOut, code := run(t, "creds", "add", "remote", "--role", "agent", "--out", agentCreds, "--data", dir)
+	require.Equal(t, 0, code, out+errOut)
+	out, _, code = run(t, "creds", "list", "--data", dir)
+	require.Equal(t, 0, code)
+	assert.Regexp(t, `remote\s+agent\s+U\S+\s+elsewhere`, out)
+	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "24h"))
+
+	args := `{"argv":["/bin/sh","-c","echo only$((0+1))for-remote"]}`
+	out, errOut, code = srv.run(t, "submit", "--ws", "auto", "--tool", "exec", "--args", args, "--json", "--creds", agentCreds)
+	require.Equal(t, 0, code, out+errOut)
+	s := decode(t, out)
+	require.Contains(t, string(s.Result), "only1for-remote")
+	out, errOut, code = srv.run(t, "ops", "result", s.OpID, "--creds", agentCreds)
+	require.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, "only1for-remote")
+
+	// The stored message, as Airlock's own principal reads it.
+	c, err := producers.New(srv.connect(t, authority.ServiceName))
+	require.NoError(t, err)
+	op, err := c.Op(context.Background(), s.OpID)
+	require.NoError(t, err)
+	js, err := jetstream.New(srv.connect(t, authority.ServiceName))
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), streams.Results)
+	require.NoError(t, err)
+	m, err := st.GetLastMsgForSubject(context.Background(), events.ResultSubject("auto", s.OpID, op.Attempt))
+	require.NoError(t, err)
+	assert.NotContains(t, string(m.Data), "only1for-remote")
+
+	opens := func(credsPath string) bool {
+		seed, err := authority.Seed(credsPath)
+		require.NoError(t, err)
+		priv, err := seal.PrivateKey(seed)
+		require.NoError(t, err)
+		plain, err := seal.NewOpener(priv).Open(s.OpID, m.Data)
+		return err == nil && strings.Contains(string(plain), "only1for-remote")
+	}
+	seeds, err := filepath.Glob(filepath.Join(dir, "creds", "*.creds"))
+	require.NoError(t, err)
+	require.Len(t, seeds, 5, "the default principals' seeds")
+	for _, p := range seeds {
+		assert.False(t, opens(p), "%s opens the result", filepath.Base(p))
+	}
+	assert.True(t, opens(agentCreds), "the agent's own seed opens it")
+	scanFor(t, dir, "only1for-remote", "with the result kept")
 }

@@ -43,6 +43,11 @@ type Principal struct {
 	// PublicKey is the nkey user public key ("U..."), what the server
 	// authenticates.
 	PublicKey string `json:"public_key"`
+	// External says that the principal's seed is not kept in this data
+	// dir: it was made elsewhere (AddExternal) or written out of it. An
+	// agent's results are sealed to its key, so an agent whose seed is
+	// only with the agent has results nobody with the data dir can open.
+	External bool `json:"external,omitempty"`
 }
 
 // defaults are the principals every data directory has, by name.

@@ -80,6 +80,57 @@ func Add(dataDir, name string, role Role) (Principal, error) {
 	return p, nil
 }
 
+// AddExternal registers principal name with role and the nkey user
+// public key pub, whose seed is kept outside the data dir (made by the
+// principal's owner, with "nk -gen user" or "airlock creds add --out"):
+// the data dir never holds it. role may be any but RoleService.
+func AddExternal(dataDir, name string, role Role, pub string) (Principal, error) {
+	p := Principal{Name: name, Role: role, PublicKey: pub, External: true}
+	if err := p.validate(); err != nil {
+		return Principal{}, fmt.Errorf("authority: add: %w", err)
+	}
+	if role == RoleService {
+		return Principal{}, fmt.Errorf("authority: add %s: there is one %s principal, %s", name, RoleService, ServiceName)
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return Principal{}, fmt.Errorf("authority: add %s: %q is no nkey user public key (U...)", name, pub)
+	}
+	err := locked(dataDir, func(dir string) error {
+		s, err := load(dir)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Lookup(name); ok {
+			return fmt.Errorf("add %s: principal exists", name)
+		}
+		for _, q := range s.principals {
+			if q.PublicKey == pub {
+				return fmt.Errorf("add %s: principal %s has that key already", name, q.Name)
+			}
+		}
+		return writePrincipals(dir, append(s.Principals(), p))
+	})
+	if err != nil {
+		return Principal{}, fmt.Errorf("authority: %w", err)
+	}
+	return p, nil
+}
+
+// NewSeedFile writes a new user seed, as a creds file, to path (which
+// must not exist; mode 0600) and returns its public key: a credential
+// made for AddExternal, never stored in a data dir.
+func NewSeedFile(path string) (string, error) {
+	pub, creds, err := newCreds()
+	if err != nil {
+		return "", err
+	}
+	defer clear(creds)
+	if err := writeNew(path, creds); err != nil {
+		return "", err
+	}
+	return pub, nil
+}
+
 // Lookup returns the principal called name.
 func (s *Set) Lookup(name string) (Principal, bool) {
 	i, ok := slices.BinarySearchFunc(s.principals, name, func(p Principal, n string) int {
@@ -117,6 +168,8 @@ func load(dir string) (*Set, error) {
 	for _, p := range listed {
 		key, ok := keys[p.Name]
 		switch {
+		case !ok && p.External:
+			// Its seed is kept elsewhere, on purpose.
 		case !ok:
 			return nil, fmt.Errorf("%s lists %s but %s is missing; restore it from a backup, or remove %s from the list to drop the principal",
 				PrincipalsFile, p.Name, p.Name+CredsExt, p.Name)

@@ -344,3 +344,41 @@ func TestEnsureTakesPrincipalAddedByHand(t *testing.T) {
 	_, err = authority.ConnectOption(set.CredsPath("approver2"))
 	require.NoError(t, err)
 }
+
+// A principal registered by its public key, or whose creds file was
+// written outside the data dir, needs no seed there; serve starts.
+func TestExternalPrincipals(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	_, err := authority.Ensure(dir)
+	require.NoError(t, err)
+
+	out := filepath.Join(elsewhere, "remote-agent.creds")
+	pub, err := authority.NewSeedFile(out)
+	require.NoError(t, err)
+	_, err = authority.NewSeedFile(out)
+	require.Error(t, err, "an existing creds file is never overwritten")
+	p, err := authority.AddExternal(dir, "remote-agent", authority.RoleAgent, pub)
+	require.NoError(t, err)
+	assert.True(t, p.External)
+
+	s, err := authority.Ensure(dir)
+	require.NoError(t, err, "the seed is elsewhere, on purpose")
+	got, ok := s.Lookup("remote-agent")
+	require.True(t, ok)
+	assert.Equal(t, pub, got.PublicKey)
+	assert.True(t, got.External)
+	_, err = os.Stat(s.CredsPath("remote-agent"))
+	assert.True(t, os.IsNotExist(err), "no seed in the data dir")
+
+	_, err = authority.AddExternal(dir, "twin", authority.RoleAgent, pub)
+	assert.ErrorContains(t, err, "has that key already")
+	_, err = authority.AddExternal(dir, "bad", authority.RoleAgent, "SUAB")
+	assert.ErrorContains(t, err, "no nkey user public key")
+	_, err = authority.AddExternal(dir, "airlock2", authority.RoleService, pub)
+	assert.Error(t, err)
+
+	// A listed principal that is not external still needs its seed.
+	require.NoError(t, os.Remove(s.CredsPath("approver")))
+	_, err = authority.Ensure(dir)
+	assert.ErrorContains(t, err, "approver.creds is missing")
+}

@@ -16,14 +16,28 @@ import (
 // (another agent's op: its digest is in the message), NOT_COMPLETED,
 // RESULT_EXPIRED, RESULT_NOT_KEPT, RESULT_MISMATCH, NO_CREDENTIAL (no
 // key to open it with). A result kept with erase on delivery is erased
-// once it is checked.
+// once it is checked. The projection answers, a moment behind the op's
+// events: an op it does not hold yet, or not as completed yet, is asked
+// for again for up to 2 s (resultTries x resultRetry) before the error
+// is returned.
 func (c *Client) Result(ctx context.Context, agent, opID string) (Outcome, error) {
 	if !events.ValidName(agent) || !events.ValidOpID(opID) {
 		return Outcome{}, events.Errorf(events.CodeInvalidQuery, "want an agent name and an op id (op_<32 hex>)")
 	}
 	var ans events.ResultAnswer
-	if err := c.query(ctx, events.ResultQuerySubject(agent), events.ResultQuery{OpID: opID}, &ans); err != nil {
-		return Outcome{OpID: opID}, err
+	for try := 0; ; try++ {
+		err := c.query(ctx, events.ResultQuerySubject(agent), events.ResultQuery{OpID: opID}, &ans)
+		if err == nil {
+			break
+		}
+		if !behind(err) || try+1 >= resultTries {
+			return Outcome{OpID: opID}, err
+		}
+		select {
+		case <-time.After(resultRetry):
+		case <-ctx.Done():
+			return Outcome{OpID: opID}, err
+		}
 	}
 	o := Outcome{
 		OpID: ans.OpID, State: ans.State, Result: ans.Result, ResultDigest: ans.ResultDigest, ResultBytes: ans.ResultBytes,
@@ -84,8 +98,7 @@ func (c *Client) confirm(ctx context.Context, agent, opID string) bool {
 		if err == nil {
 			return ans.Erased
 		}
-		var e *events.Error
-		if !errors.As(err, &e) || (e.Code != events.CodeNotFound && e.Code != events.CodeNotCompleted && e.Code != events.CodeUnavailable) {
+		if !behind(err) {
 			return false
 		}
 		select {
@@ -97,8 +110,8 @@ func (c *Client) confirm(ctx context.Context, agent, opID string) bool {
 	return false
 }
 
-// resultTries and resultRetry bound how long withResult asks for a result
-// the projection has not folded yet.
+// resultTries and resultRetry bound how long Result asks for a result the
+// projection has not folded yet.
 const (
 	resultTries = 10
 	resultRetry = 200 * time.Millisecond
@@ -119,23 +132,19 @@ func (c *Client) withResult(ctx context.Context, agent string, o Outcome) (Outco
 		o.ResultCode, o.ResultError = events.CodeResultExpired, "the result is no longer kept ("+o.erased+")"
 		return o, nil
 	}
-	for try := 0; ; try++ {
-		got, err := c.Result(ctx, agent, o.OpID)
-		if err == nil {
-			got.Code, got.Message = o.Code, o.Message
-			return got, nil
-		}
-		var e *events.Error
-		retry := errors.As(err, &e) && (e.Code == events.CodeNotFound || e.Code == events.CodeNotCompleted || e.Code == events.CodeUnavailable)
-		if !retry || try+1 >= resultTries {
-			return c.resultProblem(o, err)
-		}
-		select {
-		case <-time.After(resultRetry):
-		case <-ctx.Done():
-			return c.resultProblem(o, err)
-		}
+	got, err := c.Result(ctx, agent, o.OpID)
+	if err != nil {
+		return c.resultProblem(o, err)
 	}
+	got.Code, got.Message = o.Code, o.Message
+	return got, nil
+}
+
+// behind reports whether err may only mean that the projection has not
+// folded the op's newest events yet.
+func behind(err error) bool {
+	var e *events.Error
+	return errors.As(err, &e) && (e.Code == events.CodeNotFound || (e.Code == events.CodeNotCompleted && e.Retryable) || e.Code == events.CodeUnavailable)
 }
 
 // resultProblem says in o why it has no result; a mismatch is an error.

@@ -198,11 +198,11 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 		name, tool, point string
 		want              expect
 	}{
-		{"exec after claim", "exec", failpoint.AfterClaim, expect{events.StateCompleted, 1}},   // never spawned: run
-		{"exec after effect", "exec", failpoint.AfterEffect, expect{events.StateCompleted, 1}}, // exit recorded: done
+		{"exec after claim", "exec", failpoint.AfterClaim, expect{events.StateCompleted, 1}},            // never spawned: run
+		{"exec after effect", "exec", failpoint.AfterEffect, expect{events.StateCompleted, 1}},          // exit recorded: done
 		{"exec after result kept", "exec", failpoint.AfterResultKept, expect{events.StateCompleted, 1}}, // result stored, no event
 		{"exec after result", "exec", failpoint.AfterResult, expect{events.StateCompleted, 1}},          // stored already
-		{"exec record error", "exec", failpoint.RecordError, expect{events.StateCompleted, 1}}, // exit recorded: done
+		{"exec record error", "exec", failpoint.RecordError, expect{events.StateCompleted, 1}},          // exit recorded: done
 		{"patch after claim", "apply_patch", failpoint.AfterClaim, expect{events.StateCompleted, 1}},
 		{"patch between files", "apply_patch", failpoint.PatchBetweenFiles, expect{events.StateAmbiguous, -1}},
 		{"patch after effect", "apply_patch", failpoint.AfterEffect, expect{events.StateCompleted, 1}},

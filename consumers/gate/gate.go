@@ -542,9 +542,15 @@ func (g *Gate) attachResult(ctx context.Context, r *events.Reply, c *events.Comp
 	if err != nil {
 		return err
 	}
-	if plain, ok := g.cfg.Results.Open(c.OpID, sealed); ok {
+	plain, ok, err := g.cfg.Results.Open(c.OpID, sealed)
+	switch {
+	case err != nil:
+		// Never answer with bytes that do not check out; the client
+		// reads the result itself and says RESULT_MISMATCH.
+		g.cfg.Logger.Error("kept result does not open", "op", c.OpID, "err", err)
+	case ok:
 		r.Result = plain
-	} else {
+	default:
 		r.Sealed = sealed
 	}
 	return nil

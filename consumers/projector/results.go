@@ -268,9 +268,14 @@ func (q *resultEndpoint) handle(req micro.Request) {
 		respondError(req, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true})
 		return
 	}
-	if plain, ok := q.rs.Open(op.ID, sealed); ok {
+	plain, ok, err := q.rs.Open(op.ID, sealed)
+	switch {
+	case err != nil:
+		respondError(req, events.Errorf(events.CodeResultMismatch, "the stored result of %s does not open: it was changed; its digest is %s (%d bytes)", op.ID, op.ResultDigest, op.ResultBytes))
+		return
+	case ok:
 		ans.Result = plain
-	} else {
+	default:
 		ans.Sealed = sealed
 	}
 	respond(req, ans)

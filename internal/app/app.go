@@ -446,6 +446,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	a.Metrics, err = metrics.New(metrics.Config{
 		Store: a.Store, Projector: a.Projector, JetStream: a.JetStream, Transitions: transitions,
 		AuditStatus: a.auditStatus, Running: a.running, MaxLag: cfg.ReadyMaxLag, Logger: cfg.Logger, Live: a.Live,
+		Results: a.Eraser,
 	})
 	if err != nil {
 		return err

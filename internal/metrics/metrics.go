@@ -41,6 +41,8 @@ type Config struct {
 	Running func() error
 	// Live is the live feed's state; nil for none.
 	Live LiveFeed
+	// Results is the eraser's counts; nil for none.
+	Results ResultStats
 	// MaxLag is the projector lag, in messages of the ops stream, beyond
 	// which the process is not ready; zero for DefaultMaxLag.
 	MaxLag uint64
@@ -94,6 +96,36 @@ type Metrics struct {
 	anomalies prometheus.CounterFunc
 }
 
+// ResultStats counts what the eraser erased (projector.Eraser).
+type ResultStats interface {
+	Expired() uint64
+	Evicted() uint64
+}
+
+// retainedCollector reports the result bytes each workspace keeps, read
+// from the projection at each scrape.
+type retainedCollector struct{ m *Metrics }
+
+var retainedDesc = prometheus.NewDesc(ResultsRetained,
+	"Sealed result bytes each workspace keeps for its agents; over serve's --result-retain-bytes the oldest are erased.", []string{"workspace"}, nil)
+
+func (c retainedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- retainedDesc }
+
+func (c retainedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.RLock()
+	defer c.m.mu.RUnlock()
+	if c.m.closed {
+		return
+	}
+	kept, err := c.m.cfg.Store.Retained()
+	if err != nil {
+		return
+	}
+	for ws, n := range kept {
+		ch <- prometheus.MustNewConstMetric(retainedDesc, prometheus.GaugeValue, float64(n), ws)
+	}
+}
+
 // LiveFeed is the live feed's state (internal/livefeed.Feed).
 type LiveFeed interface {
 	On() bool
@@ -128,6 +160,17 @@ func New(cfg Config) (*Metrics, error) {
 				Name: LiveFeedChanges,
 				Help: "Times this process turned the live feed on or off.",
 			}, func() float64 { return float64(l.Changes()) }))
+	}
+	if r := cfg.Results; r != nil {
+		cs = append(cs, retainedCollector{m: m},
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: ResultsExpired,
+				Help: "Kept results this process erased because their retention ended.",
+			}, func() float64 { return float64(r.Expired()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: ResultsEvicted,
+				Help: "Kept results this process erased before their retention ended, because their workspace kept more than --result-retain-bytes.",
+			}, func() float64 { return float64(r.Evicted()) }))
 	}
 	for _, c := range cs {
 		if err := m.reg.Register(c); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
+	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
@@ -55,8 +56,15 @@ func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 	live, err := livefeed.New(livefeed.Config{JetStream: n.JetStream, Mode: livefeed.On})
 	require.NoError(t, err)
 	live.Wanted()
+	own, err := results.DeploymentKey(t.TempDir())
+	require.NoError(t, err)
+	eraser, err := projector.NewEraser(projector.EraserConfig{
+		JetStream: n.JetStream, Store: st, Results: results.New(n.JetStream, results.DeploymentKeys{Opener: own}, own, nil),
+	})
+	require.NoError(t, err)
 	f.m, err = metrics.New(metrics.Config{
 		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag, Live: live,
+		Results: eraser,
 		AuditStatus: func() (bool, string) { return f.audit, "test" },
 		Running:     func() error { return f.stopped },
 		Timeout:     500 * time.Millisecond,

@@ -47,6 +47,11 @@ const (
 	LiveFeedOn      = "airlock_live_feed"               // gauge
 	LiveFeedSubs    = "airlock_live_feed_subscribers"   // gauge
 	LiveFeedChanges = "airlock_live_feed_changes_total" // counter
+
+	// Kept results (ADR 0018), when the process has an eraser.
+	ResultsRetained = "airlock_results_retained_bytes" // gauge {workspace}
+	ResultsExpired  = "airlock_results_expired_total"  // counter
+	ResultsEvicted  = "airlock_results_evicted_total"  // counter
 )
 
 // Names lists every Airlock metric family, in a slice the caller owns.
@@ -56,5 +61,6 @@ func Names() []string {
 		AuditLeaves, AuditSigned, AuditCheckAge, AuditVerified, Ready, StreamLastSeq, StreamMessages,
 		Events, Decisions, Rejected, Executions, Anomalies, HoldResolution, GrantToExec, ExecDuration,
 		Advisories, MaxDeliveries, Terminated, LiveFeedOn, LiveFeedSubs, LiveFeedChanges,
+		ResultsRetained, ResultsExpired, ResultsEvicted,
 	}
 }

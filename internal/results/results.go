@@ -158,7 +158,7 @@ func (s *Store) Keep(ctx context.Context, r executor.KeptResult) (*time.Time, er
 	if err != nil {
 		return nil, err
 	}
-	until := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	until := time.Now().Add(ttl).UTC()
 	_, err = s.js.Publish(ctx, events.ResultSubject(r.Workspace, r.OpID, r.Attempt), sealed,
 		jetstream.WithMsgID(r.OpID+"."+r.Attempt), jetstream.WithMsgTTL(ttl+streams.ResultTTLMargin),
 		jetstream.WithExpectStream(streams.Results))
@@ -188,14 +188,22 @@ func (s *Store) Get(ctx context.Context, ws, op, attempt string) ([]byte, error)
 	return m.Data, nil
 }
 
-// Open opens sealed when it is sealed to Airlock's own key (--no-auth);
-// ok is false otherwise, and the asker opens it with its own.
-func (s *Store) Open(op string, sealed []byte) (plain []byte, ok bool) {
+// ErrMismatch is Open's error for a result Airlock sealed to itself that
+// does not open: it was changed, or is another op's.
+var ErrMismatch = errors.New("results: the stored result does not open: it was changed, or is another op's")
+
+// Open opens sealed when Airlock seals results to its own key
+// (--no-auth); ok is false when it seals them to the agents', who open
+// them themselves.
+func (s *Store) Open(op string, sealed []byte) (plain []byte, ok bool, err error) {
 	if s.own == nil {
-		return nil, false
+		return nil, false, nil
 	}
-	plain, err := s.own.Open(op, sealed)
-	return plain, err == nil
+	plain, err = s.own.Open(op, sealed)
+	if err != nil {
+		return nil, false, ErrMismatch
+	}
+	return plain, true, nil
 }
 
 // Erase removes every stored result of op (every attempt's). Erasing

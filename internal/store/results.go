@@ -15,7 +15,7 @@ import (
 // in AIRLOCK_RESULTS), soonest erased first, and how many bytes each
 // workspace keeps:
 //
-//	k/<kept until, unix seconds>/<op id>   <ws> NUL <result bytes> (8 bytes, big endian)
+//	k/<kept until, unix ns>/<op id>       <ws> NUL <result bytes> (8 bytes, big endian)
 //	rb/<ws>                                 result bytes kept (8 bytes, big endian)
 //
 // Commit writes both in the batch that projects the completed event, and
@@ -38,7 +38,7 @@ type Kept struct {
 func keptKey(op *events.Op) []byte {
 	k := make([]byte, 0, len(keptPrefix)+9+len(op.ID))
 	k = append(k, keptPrefix...)
-	k = binary.BigEndian.AppendUint64(k, uint64(op.ResultKeptUntil.Unix()))
+	k = binary.BigEndian.AppendUint64(k, uint64(op.ResultKeptUntil.UnixNano()))
 	k = append(k, '/')
 	return append(k, op.ID...)
 }
@@ -124,7 +124,7 @@ func (s *Store) KeptResults(ws string, before time.Time, limit int) ([]Kept, err
 	prefix := []byte(keptPrefix)
 	opts := &pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)}
 	if !before.IsZero() {
-		opts.UpperBound = binary.BigEndian.AppendUint64([]byte(keptPrefix), uint64(before.Unix())+1)
+		opts.UpperBound = binary.BigEndian.AppendUint64([]byte(keptPrefix), uint64(before.UnixNano())+1)
 	}
 	it, err := s.db.NewIter(opts)
 	if err != nil {
@@ -143,7 +143,7 @@ func (s *Store) KeptResults(ws string, before time.Time, limit int) ([]Kept, err
 		}
 		out = append(out, Kept{
 			OpID: string(k[len(prefix)+9:]), Workspace: w,
-			Until: time.Unix(int64(binary.BigEndian.Uint64(k[len(prefix):])), 0).UTC(),
+			Until: time.Unix(0, int64(binary.BigEndian.Uint64(k[len(prefix):]))).UTC(),
 			Bytes: int64(binary.BigEndian.Uint64([]byte(size))),
 		})
 	}

@@ -1,0 +1,122 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A workspace over its byte bound loses its oldest results first, each
+// with an evicted erasure in the log, and a fetch of one says so; the
+// newest stay.
+func TestResultsOverTheBoundEvictOldestFirst(t *testing.T) {
+	// Each echo result is about 120 bytes; the bound keeps three.
+	a := testenv.StartApp(t, app.Config{ResultRetainBytes: 400, HoldExpiryInterval: 50 * time.Millisecond})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ops []string
+	for i := range 6 {
+		out, err := c.Submit(ctx, events.Request{Workspace: "small", Agent: "a1", Tool: "echo",
+			Args: json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, i, strings.Repeat("x", 100)))})
+		require.NoError(t, err)
+		require.Equal(t, events.StateCompleted, out.State)
+		require.NotNil(t, out.ResultKeptUntil)
+		ops = append(ops, out.OpID)
+	}
+	require.Eventually(t, func() bool {
+		last, err := c.Op(ctx, ops[len(ops)-1])
+		n, rerr := a.Store.RetainedBytes("small")
+		return err == nil && last.State == events.StateCompleted && rerr == nil && n <= 400 && a.Eraser.Evicted() >= 3
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		op, err := c.Op(ctx, ops[2])
+		return err == nil && op.ResultErased != ""
+	}, 10*time.Second, 20*time.Millisecond, "the third erasure is folded")
+	evicted := 0
+	for i, id := range ops {
+		op, err := c.Op(ctx, id)
+		require.NoError(t, err)
+		_, ferr := c.Result(ctx, "a1", id)
+		if op.ResultErased != "" {
+			evicted++
+			assert.Equal(t, events.ErasedEvicted, op.ResultErased)
+			assert.Equal(t, events.CodeResultExpired, events.CodeOf(ferr), "op %d", i)
+			continue
+		}
+		assert.NoError(t, ferr, "op %d", i)
+	}
+	assert.Equal(t, 3, evicted)
+	for _, id := range ops[:3] {
+		op, err := c.Op(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, events.ErasedEvicted, op.ResultErased, "the oldest go first")
+	}
+	assert.EqualValues(t, 3, a.Eraser.Evicted())
+	// Another workspace is not touched.
+	out, err := c.Submit(ctx, events.Request{Workspace: "other", Agent: "a1", Tool: "echo", Args: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	got, err := c.Result(ctx, "a1", out.OpID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"n":1}`, string(got.Result))
+}
+
+// A result that does not match its digest is an error, never returned.
+func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := c.Submit(ctx, events.Request{Workspace: "w", Agent: "a1", Tool: "echo", Args: json.RawMessage(`{"k":"v"}`)})
+	require.NoError(t, err)
+	got, err := c.Result(ctx, "a1", out.OpID)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"k":"v"}`, string(got.Result))
+	assert.Equal(t, out.ResultDigest, got.ResultDigest)
+
+	_, err = c.Result(ctx, "a2", out.OpID)
+	assert.Equal(t, events.CodeNotRequester, events.CodeOf(err))
+	assert.Contains(t, err.Error(), out.ResultDigest)
+	assert.NotContains(t, err.Error(), `"v"`)
+	_, err = c.Result(ctx, "a1", "op_00000000000000000000000000000000")
+	assert.Equal(t, events.CodeNotFound, events.CodeOf(err))
+	_, err = c.Result(ctx, "a1", "op_nope")
+	assert.Equal(t, events.CodeInvalidQuery, events.CodeOf(err))
+
+	// Change the stored result: the client refuses it.
+	op, err := c.Op(ctx, out.OpID)
+	require.NoError(t, err)
+	subj := events.ResultSubject("w", out.OpID, op.Attempt)
+	stored, err := a.Results.Get(ctx, "w", out.OpID, op.Attempt)
+	require.NoError(t, err)
+	plain, ok, err := a.Results.Open(out.OpID, stored)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.JSONEq(t, `{"k":"v"}`, string(plain))
+	_, err = a.JetStream.Publish(ctx, subj, append([]byte(nil), stored[:len(stored)-1]...))
+	require.NoError(t, err)
+	_, err = c.Result(ctx, "a1", out.OpID)
+	assert.Equal(t, events.CodeResultMismatch, events.CodeOf(err))
+	// A result that opens but is not the one the log recorded.
+	sealedOther, err := a.Results.Keep(ctx, executor.KeptResult{Workspace: "w", OpID: out.OpID, Attempt: op.Attempt + "x", Agent: "a1",
+		Result: []byte(`{"k":"forged"}`), Retention: events.Retention{TTLSeconds: 60}})
+	require.NoError(t, err)
+	require.NotNil(t, sealedOther)
+	forged, err := a.Results.Get(ctx, "w", out.OpID, op.Attempt+"x")
+	require.NoError(t, err)
+	_, err = a.JetStream.Publish(ctx, subj, forged)
+	require.NoError(t, err)
+	_, err = c.Result(ctx, "a1", out.OpID)
+	assert.Equal(t, events.CodeResultMismatch, events.CodeOf(err))
+	assert.Contains(t, err.Error(), out.ResultDigest)
+}

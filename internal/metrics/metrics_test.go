@@ -64,7 +64,7 @@ func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 	require.NoError(t, err)
 	f.m, err = metrics.New(metrics.Config{
 		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag, Live: live,
-		Results: eraser,
+		Results:     eraser,
 		AuditStatus: func() (bool, string) { return f.audit, "test" },
 		Running:     func() error { return f.stopped },
 		Timeout:     500 * time.Millisecond,

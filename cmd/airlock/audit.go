@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -349,13 +351,20 @@ func newAuditProve(g *globals) *cobra.Command {
 
 func newAuditCheckProof(g *globals) *cobra.Command {
 	var (
-		keyPath string
-		asJSON  bool
+		keyPath    string
+		asJSON     bool
+		resultPath string
 	)
 	cmd := &cobra.Command{
-		Use:   "check-proof FILE",
+		Use:   "check-proof FILE [--result RESULT]",
 		Short: "Check an op proof with the verifier key and nothing else",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Long: `Check an op proof with the verifier key and nothing else.
+
+With --result, also check that RESULT (a file, - for stdin: the result an
+agent got, as airlock ops result printed it) is the result the op
+produced: its digest, over the compacted JSON, is the result_digest of
+the proof's completed event.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyPath == "" {
 				keyPath = filepath.Join(g.data, audit.PubFile)
@@ -375,12 +384,53 @@ func newAuditCheckProof(g *globals) *cobra.Command {
 			if err != nil {
 				return &exitError{code: exitAudit, err: err}
 			}
+			if resultPath != "" {
+				if err := checkResult(cmd.InOrStdin(), resultPath, p); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "result %s matches the op's completed event\n", resultPath)
+				}
+			}
 			return printProof(cmd.OutOrStdout(), p, asJSON)
 		},
 	}
+	cmd.Flags().StringVar(&resultPath, "result", "", "also check this result (a file, - for stdin) against the proven completed event's result_digest")
 	cmd.Flags().StringVar(&keyPath, "key", "", "verifier key file (default <data>/audit.pub)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
+}
+
+// checkResult checks the result at path against the result digest of the
+// proof's completed event.
+func checkResult(stdin io.Reader, path string, p *audit.Proof) error {
+	var b []byte
+	var err error
+	if path == "-" {
+		b, err = io.ReadAll(io.LimitReader(stdin, events.MaxResultBytes+1))
+	} else {
+		b, err = readLimited(path, events.MaxResultBytes*2)
+	}
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, bytes.TrimSpace(b)); err != nil {
+		return &exitError{code: exitAudit, err: fmt.Errorf("--result %s is not JSON: %v", path, err)}
+	}
+	want := ""
+	for _, l := range p.Leaves {
+		if l.Leaf.Type == string(events.TypeCompleted) {
+			want = l.Leaf.Result
+		}
+	}
+	if want == "" {
+		return &exitError{code: exitAudit, err: fmt.Errorf("the proof of %s has no completed event: there is no result to check", p.Op)}
+	}
+	if got := events.Digest(buf.Bytes()); got != want {
+		return &exitError{code: exitAudit, err: fmt.Errorf("--result %s has digest %s; the op's completed event recorded %s: not the op's result", path, got, want)}
+	}
+	return nil
 }
 
 type provenJSON struct {

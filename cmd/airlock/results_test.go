@@ -112,6 +112,23 @@ func TestHeldExecResultReachesTheAgent(t *testing.T) {
 		assert.NotContains(t, out, secret, who)
 	}
 
+	// An auditor checks a result someone kept against the op's proof.
+	kept := filepath.Join(t.TempDir(), "result.json")
+	out, _, code = srv.run(t, "ops", "result", held.OpID)
+	require.Equal(t, 0, code)
+	require.NoError(t, os.WriteFile(kept, []byte(out), 0o600))
+	proof := filepath.Join(t.TempDir(), "proof")
+	out, errOut, code = srv.run(t, "audit", "prove", held.OpID, "-o", proof, "--remote", "--creds", filepath.Join(dir, "creds", "auditor.creds"))
+	require.Equal(t, 0, code, out+errOut)
+	out, errOut, code = srv.run(t, "audit", "check-proof", proof, "--result", kept)
+	assert.Equal(t, 0, code, out+errOut)
+	assert.Contains(t, out, "matches the op's completed event")
+	forged := filepath.Join(t.TempDir(), "forged.json")
+	require.NoError(t, os.WriteFile(forged, []byte(strings.Replace(string(must(os.ReadFile(kept))), "s3cr3t", "0ther", 1)), 0o600))
+	out, errOut, code = srv.run(t, "audit", "check-proof", proof, "--result", forged)
+	assert.Equal(t, exitAudit, code, out+errOut)
+	assert.Contains(t, errOut, "not the op's result")
+
 	// It ran once.
 	b, err := os.ReadFile(marker)
 	require.NoError(t, err)
@@ -335,4 +352,11 @@ func TestDataDirCannotOpenAnExternalAgentsResult(t *testing.T) {
 	}
 	assert.True(t, opens(agentCreds), "the agent's own seed opens it")
 	scanFor(t, dir, "only1for-remote", "with the result kept")
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -286,5 +286,7 @@ func opDetails(e *Event, data any) {
 		e.Attempt, e.Code, e.Message = d.Attempt, d.Code, d.Known
 	case *events.Scrubbed:
 		e.RequestSeq = d.RequestSeq
+	case *events.ResultErased:
+		e.Reason, e.ResultDigest, e.ResultBytes = d.Reason, d.ResultDigest, &d.ResultBytes
 	}
 }

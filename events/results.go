@@ -67,12 +67,17 @@ func ValidTTL(d time.Duration) error {
 	return nil
 }
 
-// ResultQuery asks for a completed op's result. Delivered, from the agent
-// that asked for the op, confirms that it has the result (it opened it and
-// checked it against the digest): a result kept with erase on delivery is
-// erased then.
+// ResultQuery asks for a completed op's result. The answer (to the NATS
+// request's inbox, which every client principal may subscribe to) says
+// whether the result is there; with ReplyTo, one of the requesting
+// agent's reply subjects (ValidReplyTo), the result itself is published
+// there, which only that agent may subscribe to. Delivered, from the
+// agent that asked for the op, confirms that it has the result (it opened
+// it and checked it against the digest): a result kept with erase on
+// delivery is erased then.
 type ResultQuery struct {
 	OpID      string `json:"op_id"`
+	ReplyTo   string `json:"reply_to,omitempty"`
 	Delivered bool   `json:"delivered,omitempty"`
 }
 
@@ -92,4 +97,7 @@ type ResultAnswer struct {
 	EraseOnDelivery bool            `json:"result_erase_on_delivery,omitempty"`
 	// Erased is set in the answer to Delivered once the result is gone.
 	Erased bool `json:"erased,omitempty"`
+	// SentTo is the ReplyTo the result was published to: the answer to
+	// the request itself never carries Result or Sealed.
+	SentTo string `json:"sent_to,omitempty"`
 }

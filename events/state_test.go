@@ -55,8 +55,13 @@ func stateEvents() map[string]any {
 		"ambiguous a1":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
 		"ambiguous zz":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
 		"scrubbed":            &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
+		"completed a1 kept":   &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, KeptUntil: &keptUntil},
+		"result_erased":       &events.ResultErased{OpHeader: stateHdr, Reason: events.ErasedExpired, ResultDigest: "sha256:r1", ResultBytes: 13},
+		"result_erased blank": &events.ResultErased{OpHeader: stateHdr, ResultDigest: "sha256:r1", ResultBytes: 13},
 	}
 }
+
+var keptUntil = t0.Add(24 * time.Hour)
 
 // Histories that bring an op to each state, by name.
 var stateHistories = map[string][]string{
@@ -76,6 +81,8 @@ var stateHistories = map[string][]string{
 	"expired":            {"held+summary", "expired"},
 	"ambiguous":          {"decided+summary", "claimed a1", "ambiguous a1"},
 	"completed scrubbed": {"decided+summary", "claimed a1", "completed a1", "scrubbed"},
+	"completed kept":     {"decided+summary", "claimed a1", "completed a1 kept"},
+	"kept erased":        {"decided+summary", "claimed a1", "completed a1 kept", "result_erased"},
 	"denied scrubbed":    {"denied+summary", "scrubbed"},
 }
 
@@ -112,12 +119,14 @@ var allowed = map[string]map[string]events.State{
 		"claimed a2 recov a1": events.StateExecuting,
 		"started a1":          events.StateExecuting,
 		"completed a1":        events.StateCompleted,
+		"completed a1 kept":   events.StateCompleted,
 		"failed a1":           events.StateFailed,
 		"ambiguous a1":        events.StateAmbiguous,
 	},
 	"started": {
 		"claimed a2 recov a1": events.StateExecuting,
 		"completed a1":        events.StateCompleted,
+		"completed a1 kept":   events.StateCompleted,
 		"failed a1":           events.StateFailed,
 		"ambiguous a1":        events.StateAmbiguous,
 	},
@@ -131,6 +140,10 @@ var allowed = map[string]map[string]events.State{
 	"ambiguous":          {"scrubbed": events.StateAmbiguous},
 	"completed scrubbed": {},
 	"denied scrubbed":    {},
+	// A kept result is erased once; an op whose result was never kept,
+	// or that did not complete, has nothing to erase.
+	"completed kept": {"scrubbed": events.StateCompleted, "result_erased": events.StateCompleted},
+	"kept erased":    {"scrubbed": events.StateCompleted},
 }
 
 func init() {

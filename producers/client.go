@@ -374,8 +374,9 @@ func retryable(err error) bool {
 }
 
 // ResultGrace is how long Submit waits for the runner's reply, which
-// alone carries the result, once it knows from elsewhere (its own read of
-// the op, a reply without the result) that the op completed.
+// carries the result, once it knows from elsewhere (its own read of the
+// op, a reply without the result) that the op completed; after it, Submit
+// fetches the result Airlock kept (Result).
 const ResultGrace = 500 * time.Millisecond
 
 // await waits for a terminal event, a reply, or the end of the wait.

@@ -2,10 +2,12 @@ package producers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/nats-io/nuid"
 )
 
 // Result fetches the result Airlock keeps of completed op opID for agent,
@@ -39,6 +41,13 @@ func (c *Client) Result(ctx context.Context, agent, opID string) (Outcome, error
 			return Outcome{OpID: opID}, err
 		}
 	}
+	// The result is there, and this is its agent: have it sent where only
+	// the agent may subscribe, never to the request's inbox.
+	full, err := c.fetch(ctx, agent, opID)
+	if err != nil {
+		return Outcome{OpID: opID}, err
+	}
+	ans = full
 	o := Outcome{
 		OpID: ans.OpID, State: ans.State, Result: ans.Result, ResultDigest: ans.ResultDigest, ResultBytes: ans.ResultBytes,
 		ResultKeptUntil: ans.KeptUntil, sealed: ans.Sealed, eraseOnDelivery: ans.EraseOnDelivery,
@@ -50,6 +59,38 @@ func (c *Client) Result(ctx context.Context, agent, opID string) (Outcome, error
 		return o, err
 	}
 	return o, nil
+}
+
+// fetch asks for op's result to be published to a reply subject of
+// agent's, and returns what arrives there.
+func (c *Client) fetch(ctx context.Context, agent, opID string) (events.ResultAnswer, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultQueryTimeout)
+		defer cancel()
+	}
+	to := events.ReplyPrefix(agent) + c.token + ".r." + nuid.Next()
+	sub, err := c.nc.SubscribeSync(to)
+	if err != nil {
+		return events.ResultAnswer{}, &events.Error{Code: events.CodeUnavailable, Message: "subscribe to " + to + ": " + err.Error(), Retryable: true}
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.Flush(); err != nil {
+		return events.ResultAnswer{}, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true}
+	}
+	var meta events.ResultAnswer
+	if err := c.query(ctx, events.ResultQuerySubject(agent), events.ResultQuery{OpID: opID, ReplyTo: to}, &meta); err != nil {
+		return events.ResultAnswer{}, err
+	}
+	m, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return events.ResultAnswer{}, &events.Error{Code: events.CodeUnavailable, Message: "the result was sent to " + to + " and did not arrive: " + err.Error(), Retryable: true}
+	}
+	var full events.ResultAnswer
+	if err := json.Unmarshal(m.Data, &full); err != nil || full.OpID != opID {
+		return events.ResultAnswer{}, events.Errorf(events.CodeInternal, "the message on %s is no answer about %s", to, opID)
+	}
+	return full, nil
 }
 
 // open turns o's sealed result into its result, checks the result against

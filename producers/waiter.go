@@ -127,8 +127,8 @@ func (w *waiter) reply(r events.Reply) {
 		}
 		if w.throughHolds {
 			// Wait on through the grant: the hold's outcome is what a
-			// wait that runs out returns.
-			w.poke()
+			// wait that runs out returns. No poke: the poll's ticker
+			// reads the op again, and the runner replies once it ran.
 			return
 		}
 		w.finish()

@@ -76,3 +76,35 @@ func TestWaiterKeepsTheFinalOutcome(t *testing.T) {
 	assert.Equal(t, events.StateAmbiguous, o.State)
 	assert.Equal(t, events.CodeAmbiguous, o.Code)
 }
+
+// Waiting through a hold keeps the hold's outcome for a wait that runs
+// out, and does not ask for a read of the op each time the read says
+// held (that would read the stream back to back for the whole hold).
+func TestWaiterThroughHoldsDoesNotSpin(t *testing.T) {
+	w := newWaiter(waiterOp, true)
+	held := &events.Held{OpHeader: events.OpHeader{OpID: waiterOp, Workspace: "w"}, HoldID: "hold_1", ArgsDigest: "sha256:a", Reason: "r"}
+	for range 3 {
+		w.event(events.TypeHeld, held)
+		select {
+		case <-w.poked:
+			t.Fatal("a held read asks for another read")
+		default:
+		}
+	}
+	o, _, done := w.result()
+	assert.False(t, done, "the wait goes on through the hold")
+	assert.Equal(t, events.CodeApprovalRequired, o.Code)
+	assert.Equal(t, "hold_1", o.HoldID)
+	w.reply(events.Reply{OpID: waiterOp, State: events.StateCompleted, Result: json.RawMessage(`{"r":1}`),
+		ResultDigest: events.Digest([]byte(`{"r":1}`)), ResultBytes: 7})
+	o, _, done = w.result()
+	assert.True(t, done)
+	assert.Equal(t, events.StateCompleted, o.State)
+	assert.Empty(t, o.HoldID)
+
+	// Without it, the hold ends the wait.
+	w = newWaiter(waiterOp, false)
+	w.event(events.TypeHeld, held)
+	_, _, done = w.result()
+	assert.True(t, done)
+}

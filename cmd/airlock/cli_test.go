@@ -120,6 +120,7 @@ func TestCLI(t *testing.T) {
 		{"submit", "--ws", "cli", "--tool", "echo", "--wait", "0s"},
 		{"ops", "get", "not-an-op"},
 		{"ops", "list", "--state", "sleeping"},
+		{"ops", "result", "op_nope"},
 		{"frobnicate"},
 	} {
 		_, stderr, code := srv.run(t, args...)
@@ -130,10 +131,15 @@ func TestCLI(t *testing.T) {
 	for _, args := range [][]string{
 		{"--live-feed", "sometimes"},
 		{"--live-feed", "auto", "--nats-url", srv.url},
+		{"--result-ttl", "721h"},
+		{"--result-ttl", "1500ms"},
+		{"--result-ttl", "-1s"},
+		{"--result-retain-bytes", "0"},
+		{"--result-retain-bytes", "-2"},
 	} {
 		_, stderr, code := run(t, append([]string{"serve", "--data", t.TempDir(), "--listen", freePort(t), "--monitor", ""}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
-		assert.Contains(t, stderr, "--live-feed", args)
+		assert.Contains(t, stderr, args[0], args)
 	}
 
 	// Nothing listening: exit 1 and a JSON error, still one object.

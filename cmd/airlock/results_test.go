@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/seal"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,11 +91,34 @@ func TestHeldExecResultReachesTheAgent(t *testing.T) {
 	again := decode(t, out)
 	assert.Contains(t, string(again.Result), secret)
 
+	// Every other principal sees what goes to inboxes: none of it is
+	// the result, sealed or not.
+	var seen []string
+	var seenMu sync.Mutex
+	for _, who := range []string{"auditor", "approver", "other"} {
+		nc := srv.connect(t, who)
+		_, err := nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+			seenMu.Lock()
+			defer seenMu.Unlock()
+			seen = append(seen, string(m.Data))
+		})
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+	}
+
 	// ops result, as the agent: the result itself.
 	out, errOut, code = srv.run(t, "ops", "result", held.OpID)
 	require.Equal(t, 0, code, out+errOut)
 	assert.Contains(t, out, secret)
 	assert.Contains(t, out, `"exit_code":0`)
+
+	seenMu.Lock()
+	require.NotEmpty(t, seen, "the inbox answers were seen")
+	for _, m := range seen {
+		assert.NotContains(t, m, "sealed_result")
+		assert.NotContains(t, m, secret)
+	}
+	seenMu.Unlock()
 
 	// Everyone else: the digest, never the bytes.
 	for _, who := range []string{"other", "approver", "operator", "auditor"} {

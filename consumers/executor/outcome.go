@@ -15,8 +15,8 @@ import (
 
 // answer sends a terminal event's outcome to the request's reply inbox.
 // result is the result the runner holds in memory for a completed event
-// it stored itself (nil otherwise): the reply is the only place it goes,
-// since the event carries its digest alone.
+// it stored itself (nil otherwise): the event carries its digest alone,
+// and the copy kept for retries is sealed to the agent (Config.Results).
 func (r *Runner) answer(item work, data any, result json.RawMessage) {
 	if !events.ValidReplyTo(item.ReplyTo, item.Agent) {
 		return
@@ -157,7 +157,8 @@ func (r *Runner) settledElsewhere(ctx context.Context, item work) error {
 
 // outcome builds the terminal event for an execution and, for completed,
 // returns the compacted result the event describes (its digest and size):
-// the caller puts it into the reply, and nowhere else.
+// the caller keeps it sealed for the agent (keep) and puts it into the
+// reply.
 func outcome(call Call, item work, result json.RawMessage, xerr error, took time.Duration, recovered bool) (events.Type, any, json.RawMessage) {
 	failed := func(code events.Code, msg string) (events.Type, any, json.RawMessage) {
 		return events.TypeFailed, &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: code, Message: msg}, nil

@@ -516,14 +516,19 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 // retention is what the decided event says to keep of the op's result:
 // the policy's, else the gate's default.
 func (g *Gate) retention(ws string) *events.Retention {
-	if r, ok := g.Policy().Results(ws); ok {
-		return &r
-	}
+	def := events.Retention{TTLSeconds: int64(events.DefaultResultTTL / time.Second)}
 	if g.cfg.Retention != nil {
-		r := *g.cfg.Retention
-		return &r
+		def = *g.cfg.Retention
 	}
-	return &events.Retention{TTLSeconds: int64(events.DefaultResultTTL / time.Second)}
+	r, ok := g.Policy().Results(ws)
+	switch {
+	case !ok:
+		r = def
+	case r.TTLSeconds == policy.DefaultTTL:
+		r.TTLSeconds = def.TTLSeconds
+		r.EraseOnDelivery = r.EraseOnDelivery && r.TTLSeconds > 0
+	}
+	return &r
 }
 
 // attachResult puts a completed op's kept result into the answer to a
@@ -534,9 +539,14 @@ func (g *Gate) attachResult(ctx context.Context, r *events.Reply, c *events.Comp
 	if g.cfg.Results == nil || c.KeptUntil == nil {
 		return nil
 	}
+	if !g.cfg.Clock().Before(*c.KeptUntil) {
+		r.Erased, r.KeptUntil = events.ErasedExpired, nil
+		return nil
+	}
 	sealed, err := g.cfg.Results.Get(ctx, c.Workspace, c.OpID, c.Attempt)
 	if errors.Is(err, results.ErrGone) {
-		r.Erased = events.ErasedExpired
+		// Erased, and the event that says why is not folded yet.
+		r.Erased, r.KeptUntil = events.ErasedExpired, nil
 		return nil
 	}
 	if err != nil {

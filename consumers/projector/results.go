@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -106,17 +108,21 @@ func (e *Eraser) Run(ctx context.Context) error {
 // sweepBatch bounds the results one sweep erases for each reason.
 const sweepBatch = 256
 
-// Sweep erases what is due and returns how many results it erased.
+// Sweep erases what is due and returns how many results it erased. A
+// result whose erasure fails does not stop the others: the first error is
+// returned once the sweep is done, and the next sweep tries it again.
 func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 	due, err := e.cfg.Store.KeptResults("", e.cfg.Clock(), sweepBatch)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	var first error
 	for _, k := range due {
 		ok, err := EraseResult(ctx, e.cfg.JetStream, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedExpired)
 		if err != nil {
-			return n, err
+			first = cmp.Or(first, err)
+			continue
 		}
 		if ok {
 			n++
@@ -124,20 +130,21 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 		}
 	}
 	if e.cfg.RetainedBytes < 0 {
-		return n, nil
+		return n, first
 	}
 	kept, err := e.cfg.Store.Retained()
 	if err != nil {
-		return n, err
+		return n, cmp.Or(first, err)
 	}
 	for ws, bytes := range kept {
 		over := bytes - e.cfg.RetainedBytes
 		if over <= 0 {
 			continue
 		}
-		oldest, err := e.cfg.Store.KeptResults(ws, time.Time{}, sweepBatch)
+		oldest, err := e.cfg.Store.OldestResults(ws, sweepBatch)
 		if err != nil {
-			return n, err
+			first = cmp.Or(first, err)
+			continue
 		}
 		for _, k := range oldest {
 			if over <= 0 {
@@ -148,7 +155,8 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 			over -= max(k.Bytes, 1)
 			ok, err := EraseResult(ctx, e.cfg.JetStream, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedEvicted)
 			if err != nil {
-				return n, err
+				first = cmp.Or(first, err)
+				continue
 			}
 			if ok {
 				n++
@@ -158,7 +166,7 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 			}
 		}
 	}
-	return n, nil
+	return n, first
 }
 
 // EraseResult erases op's kept result and records why: the sealed result
@@ -193,6 +201,7 @@ func EraseResult(ctx context.Context, js jetstream.JetStream, ops jetstream.Stre
 
 // resultEndpoint answers events.ResultQuery on events.ResultQuerySubjects.
 type resultEndpoint struct {
+	nc  *nats.Conn
 	st  *store.Store
 	rs  *results.Store
 	js  jetstream.JetStream
@@ -208,7 +217,7 @@ func (q *resultEndpoint) handle(req micro.Request) {
 	asker := req.Subject()[len(events.ResultQuerySubject("")):]
 	var in events.ResultQuery
 	if err := json.Unmarshal(req.Data(), &in); err != nil || !events.ValidOpID(in.OpID) {
-		respondError(req, events.Errorf(events.CodeInvalidQuery, "want {\"op_id\": \"op_<32 hex>\"[, \"delivered\": true]}"))
+		respondError(req, events.Errorf(events.CodeInvalidQuery, "want {\"op_id\": \"op_<32 hex>\"[, \"reply_to\": \"airlock.v1.reply.<agent>.<token>\"][, \"delivered\": true]}"))
 		return
 	}
 	op, err := q.st.Op(in.OpID)
@@ -247,6 +256,11 @@ func (q *resultEndpoint) handle(req micro.Request) {
 	case op.ResultErased != "":
 		respondError(req, expiredError(op, op.ResultErased))
 		return
+	case !time.Now().Before(*op.ResultKeptUntil):
+		// The eraser has not got to it yet: its retention has ended all
+		// the same.
+		respondError(req, expiredError(op, events.ErasedExpired))
+		return
 	}
 	if in.Delivered {
 		if op.ResultEraseOnDelivery {
@@ -269,15 +283,36 @@ func (q *resultEndpoint) handle(req micro.Request) {
 		return
 	}
 	plain, ok, err := q.rs.Open(op.ID, sealed)
-	switch {
-	case err != nil:
+	if err != nil {
 		respondError(req, events.Errorf(events.CodeResultMismatch, "the stored result of %s does not open: it was changed; its digest is %s (%d bytes)", op.ID, op.ResultDigest, op.ResultBytes))
 		return
-	case ok:
-		ans.Result = plain
-	default:
-		ans.Sealed = sealed
 	}
+	if in.ReplyTo == "" {
+		// The answer to a request goes to an inbox any client principal
+		// may subscribe to: it says the result is there, not what it is.
+		respond(req, ans)
+		return
+	}
+	if !events.ValidReplyTo(in.ReplyTo, asker) {
+		respondError(req, events.Errorf(events.CodeInvalidQuery,
+			"reply_to must be one of %s's reply subjects, %s<token>..., which only it may subscribe to: a result goes nowhere else", asker, events.ReplyPrefix(asker)))
+		return
+	}
+	full := ans
+	if ok {
+		full.Result = plain
+	} else {
+		full.Sealed = sealed
+	}
+	body, err := events.MarshalJSON(full)
+	if err == nil {
+		err = q.nc.Publish(in.ReplyTo, body)
+	}
+	if err != nil {
+		respondError(req, &events.Error{Code: events.CodeUnavailable, Message: "send the result: " + err.Error(), Retryable: true})
+		return
+	}
+	ans.SentTo = in.ReplyTo
 	respond(req, ans)
 }
 
@@ -317,8 +352,9 @@ func notYet(s events.State) string {
 
 // ServeResults adds the result endpoint (events.ResultQuerySubjects) to
 // the query service svc: a principal asks on its own subject, and only
-// the agent that requested an op gets its result.
-func ServeResults(svc micro.Service, st *store.Store, rs *results.Store, js jetstream.JetStream) error {
-	q := &resultEndpoint{st: st, rs: rs, js: js}
+// the agent that requested an op gets its result, published on nc to
+// one of that agent's reply subjects.
+func ServeResults(svc micro.Service, nc *nats.Conn, st *store.Store, rs *results.Store, js jetstream.JetStream) error {
+	q := &resultEndpoint{nc: nc, st: st, rs: rs, js: js}
 	return svc.AddEndpoint("result", micro.HandlerFunc(q.handle), micro.WithEndpointSubject(events.ResultQuerySubjects))
 }

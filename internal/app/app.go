@@ -462,7 +462,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	a.svc = svc
-	if err := projector.ServeResults(svc, a.Store, a.Results, a.JetStream); err != nil {
+	if err := projector.ServeResults(svc, a.Conn, a.Store, a.Results, a.JetStream); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -692,11 +692,11 @@ func (a *App) resultStore(cfg Config) (*results.Store, error) {
 			}
 			return p.PublicKey, true
 		}}
-		return results.New(a.JetStream, keys, nil, cfg.Logger), nil
+		return results.New(a.JetStream, keys, nil, cfg.Logger).WithClock(cfg.Clock), nil
 	}
 	own, err := results.DeploymentKey(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
-	return results.New(a.JetStream, results.DeploymentKeys{Opener: own}, own, cfg.Logger), nil
+	return results.New(a.JetStream, results.DeploymentKeys{Opener: own}, own, cfg.Logger).WithClock(cfg.Clock), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -119,4 +120,36 @@ func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
 	_, err = c.Result(ctx, "a1", out.OpID)
 	assert.Equal(t, events.CodeResultMismatch, events.CodeOf(err))
 	assert.Contains(t, err.Error(), out.ResultDigest)
+}
+
+// A result that cannot be stored keeps the op out of completed: nothing
+// reports success without it. Once it can be stored, the op completes
+// with it, having run once.
+func TestResultNotStoredKeepsTheOpOutOfCompleted(t *testing.T) {
+	a := testenv.StartApp(t, app.Config{})
+	c, _ := testenv.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, a.JetStream.DeleteStream(ctx, streams.Results))
+
+	req := events.Request{Workspace: "w", Agent: "a1", Tool: "echo", Args: json.RawMessage(`{"kept":"later"}`)}
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	out, err := c.Submit(sctx, req)
+	scancel()
+	require.NoError(t, err)
+	assert.True(t, out.Pending, "no outcome while the result cannot be stored: %+v", out)
+	op, err := c.Op(ctx, out.OpID)
+	require.NoError(t, err)
+	assert.Equal(t, events.StateExecuting, op.State)
+
+	_, err = a.JetStream.CreateStream(ctx, streams.ResultsConfig(streams.Config{}))
+	require.NoError(t, err)
+	out, err = c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, out.State)
+	assert.JSONEq(t, `{"kept":"later"}`, string(out.Result))
+	require.NotNil(t, out.ResultKeptUntil)
+	op, err = c.Op(ctx, out.OpID)
+	require.NoError(t, err)
+	assert.Equal(t, 1, op.Attempts, "ran once, recorded once")
 }

@@ -69,6 +69,14 @@ func TestPermissionsInvariants(t *testing.T) {
 				assert.Contains(t, perms.Publish.Allow, tc.own)
 			}
 			assert.Contains(t, perms.Publish.Allow, "airlock.v1.q.>")
+			// Results are asked for under one's own name only: the name
+			// is who asks, and only an op's agent gets its result.
+			assert.Contains(t, perms.Publish.Allow, "airlock.v1.fetch."+tc.p.Name)
+			for _, s := range perms.Publish.Allow {
+				assert.False(t, server.SubjectMatchesFilter("airlock.v1.fetch.someone-else", s), "%s may ask for another's results", s)
+				// Nothing a client publishes lands in AIRLOCK_RESULTS.
+				assert.False(t, server.SubjectsCollide(s, "airlock.v1.result.>"), "%s may write results", s)
+			}
 			assert.Contains(t, perms.Publish.Allow, "$SRV.>")
 			assert.Contains(t, perms.Publish.Allow, "$JS.API.DIRECT.GET.AIRLOCK_OPS.>")
 			// Each call returns its own lists.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/airlock-dev/airlock/internal/seal"
 	"github.com/nats-io/nkeys"
 )
 
@@ -94,6 +95,11 @@ func AddExternal(dataDir, name string, role Role, pub string) (Principal, error)
 	}
 	if !nkeys.IsValidPublicUserKey(pub) {
 		return Principal{}, fmt.Errorf("authority: add %s: %q is no nkey user public key (U...)", name, pub)
+	}
+	if _, err := seal.Recipient(pub); err != nil {
+		// Results are sealed to an agent's key: one nothing can be
+		// sealed to would keep its ops out of completed.
+		return Principal{}, fmt.Errorf("authority: add %s: %w", name, err)
 	}
 	err := locked(dataDir, func(dir string) error {
 		s, err := load(dir)

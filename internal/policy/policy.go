@@ -259,20 +259,24 @@ func build(spec Spec) (*Policy, error) {
 
 // retention checks a results spec at path.
 func retention(path string, r ResultsSpec) (events.Retention, error) {
-	var d time.Duration
-	if r.TTL != "" {
-		var err error
-		if d, err = time.ParseDuration(r.TTL); err != nil || events.ValidTTL(d) != nil {
-			return events.Retention{}, fmt.Errorf("%s.ttl %q: want 0 (keep none) or whole seconds from 1s to %s, such as 24h", path, truncate(r.TTL, 80), events.MaxResultTTL)
-		}
-	} else {
-		d = events.DefaultResultTTL
+	if r.TTL == "" {
+		// serve's --result-ttl, with this spec's erase_after_delivery.
+		return events.Retention{TTLSeconds: DefaultTTL, EraseOnDelivery: r.EraseAfterDelivery}, nil
+	}
+	d, err := time.ParseDuration(r.TTL)
+	if err != nil || events.ValidTTL(d) != nil {
+		return events.Retention{}, fmt.Errorf("%s.ttl %q: want 0 (keep none) or whole seconds from 1s to %s, such as 24h", path, truncate(r.TTL, 80), events.MaxResultTTL)
 	}
 	return events.Retention{TTLSeconds: int64(d / time.Second), EraseOnDelivery: r.EraseAfterDelivery && d > 0}, nil
 }
 
+// DefaultTTL is the TTLSeconds of a Results whose spec names no ttl:
+// the gate puts serve's --result-ttl in its place.
+const DefaultTTL = -1
+
 // Results is what the policy keeps of results in workspace ws, and false
-// when it says nothing (serve's --result-ttl applies).
+// when it says nothing (serve's --result-ttl applies). A TTLSeconds of
+// DefaultTTL stands for serve's --result-ttl too.
 func (p *Policy) Results(ws string) (events.Retention, bool) {
 	if w, ok := p.workspaces[ws]; ok && w.results != nil {
 		return *w.results, true

@@ -35,6 +35,12 @@ workspaces:
 	require.True(t, ok, "a workspace without results of its own gets the top-level ones")
 	require.Equal(t, events.Retention{TTLSeconds: 7200}, r)
 
+	once, err := policy.Parse([]byte("workspaces:\n  w:\n    results:\n      erase_after_delivery: true\n"))
+	require.NoError(t, err)
+	r, ok = once.Results("w")
+	require.True(t, ok)
+	require.Equal(t, events.Retention{TTLSeconds: policy.DefaultTTL, EraseOnDelivery: true}, r, "no ttl: serve's --result-ttl")
+
 	none, err := policy.Parse([]byte("workspaces:\n  dev:\n    mode: auto\n"))
 	require.NoError(t, err)
 	_, ok = none.Results("dev")

@@ -108,6 +108,7 @@ func DeploymentKey(dataDir string) (*seal.Opener, error) {
 
 // Store reads and writes AIRLOCK_RESULTS. It is safe for concurrent use.
 type Store struct {
+	now    func() time.Time
 	js     jetstream.JetStream
 	keys   Keys
 	own    *seal.Opener // opens what Airlock sealed to itself; may be nil
@@ -124,7 +125,16 @@ func New(js jetstream.JetStream, keys Keys, own *seal.Opener, log *slog.Logger) 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Store{js: js, keys: keys, own: own, sealer: seal.NewSealer(), log: log}
+	return &Store{js: js, keys: keys, own: own, sealer: seal.NewSealer(), log: log, now: time.Now}
+}
+
+// WithClock makes the store tell the time by now (for kept-until times),
+// as the eraser does; it returns s.
+func (s *Store) WithClock(now func() time.Time) *Store {
+	if now != nil {
+		s.now = now
+	}
+	return s
 }
 
 func (s *Store) stream(ctx context.Context) (jetstream.Stream, error) {
@@ -158,7 +168,7 @@ func (s *Store) Keep(ctx context.Context, r executor.KeptResult) (*time.Time, er
 	if err != nil {
 		return nil, err
 	}
-	until := time.Now().Add(ttl).UTC()
+	until := s.now().Add(ttl).UTC()
 	_, err = s.js.Publish(ctx, events.ResultSubject(r.Workspace, r.OpID, r.Attempt), sealed,
 		jetstream.WithMsgID(r.OpID+"."+r.Attempt), jetstream.WithMsgTTL(ttl+streams.ResultTTLMargin),
 		jetstream.WithExpectStream(streams.Results))
@@ -219,29 +229,52 @@ func (s *Store) Erase(ctx context.Context, ws, op string) error {
 	return nil
 }
 
-// ownKey reads path, first writing 32 random bytes there (mode 0600) if
-// it does not exist.
+// ownKey reads path, first creating it with 32 random bytes (mode 0600)
+// if it does not exist. The file appears whole or not at all (a hard
+// link of a synced temporary file), so a process racing another reads
+// the winner's key, never an empty file.
 func ownKey(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if !errors.Is(err, os.ErrNotExist) {
-		return b, err
+		return checkedKey(path, b, err)
 	}
 	k := make([]byte, 32)
 	_, _ = rand.Read(k)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return os.ReadFile(path)
-	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := f.Write(k); err != nil {
-		f.Close()
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
 		return nil, err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
+	if _, err := tmp.Write(k); err != nil {
+		tmp.Close()
 		return nil, err
 	}
-	return k, f.Close()
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		b, err := os.ReadFile(path)
+		return checkedKey(path, b, err)
+	} else if err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func checkedKey(path string, b []byte, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(b) != 32 {
+		return nil, fmt.Errorf("%s holds %d bytes, not a 32-byte key: restore it from another data dir of the deployment", path, len(b))
+	}
+	return b, nil
 }

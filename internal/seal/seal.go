@@ -64,7 +64,31 @@ func Recipient(pub string) (*ecdh.PublicKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seal: recipient %s: %w", pub, err)
 	}
-	return ecdh.X25519().NewPublicKey(u)
+	k, err := ecdh.X25519().NewPublicKey(u)
+	if err != nil {
+		return nil, fmt.Errorf("seal: recipient %s: %w", pub, err)
+	}
+	// A key of small order makes every exchange with it zero: nothing
+	// could be sealed to it. The clamped scalar is a multiple of the
+	// cofactor, so the exchange with a fixed key is zero exactly then.
+	if _, err := probe.ECDH(k); err != nil {
+		return nil, fmt.Errorf("seal: recipient %s is a point of small order, no usable key", pub)
+	}
+	return k, nil
+}
+
+// probe is a fixed key that tells a small-order recipient (Recipient).
+var probe = func() *ecdh.PrivateKey {
+	k, err := ecdh.X25519().NewPrivateKey(sha512Half("airlock seal probe"))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func sha512Half(s string) []byte {
+	h := sha512.Sum512([]byte(s))
+	return h[:32]
 }
 
 // PrivateKey is the X25519 private key of the nkey seed seed ("SU..."):

@@ -94,6 +94,18 @@ func TestEpochsRotate(t *testing.T) {
 func TestRecipientRefusesBadKeys(t *testing.T) {
 	_, err := Recipient("not a key")
 	require.Error(t, err)
+	// Small-order ed25519 points: y = 1 (the identity), y = 0, y = -1.
+	for _, y := range [][]byte{
+		append([]byte{1}, make([]byte, 31)...),
+		make([]byte, 32),
+		{0xec, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+			0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+	} {
+		pub, err := nkeys.Encode(nkeys.PrefixByteUser, y)
+		require.NoError(t, err)
+		_, err = Recipient(string(pub))
+		require.Error(t, err, "%x", y)
+	}
 	kp, _ := nkeys.CreateAccount()
 	pub, _ := kp.PublicKey()
 	_, err = Recipient(pub)

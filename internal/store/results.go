@@ -15,8 +15,9 @@ import (
 // in AIRLOCK_RESULTS), soonest erased first, and how many bytes each
 // workspace keeps:
 //
-//	k/<kept until, unix ns>/<op id>       <ws> NUL <result bytes> (8 bytes, big endian)
-//	rb/<ws>                                 result bytes kept (8 bytes, big endian)
+//	k/<kept until, unix ns>/<op id>        <ws> NUL <result bytes> (8 bytes, big endian)
+//	kw/<ws>/<first seq>/<op id>            the same, by workspace, oldest op first
+//	rb/<ws>                                result bytes kept (8 bytes, big endian)
 //
 // Commit writes both in the batch that projects the completed event, and
 // takes them back in the batch that projects the result_erased event: the
@@ -25,6 +26,7 @@ import (
 
 const (
 	keptPrefix     = "k/"
+	keptWSPrefix   = "kw/"
 	retainedPrefix = "rb/"
 )
 
@@ -51,12 +53,19 @@ func markResult(pb writer, e *entry, delta map[string]int64) error {
 	if kept == e.fromKept {
 		return nil
 	}
+	wsKey := orderKey(keptWSPrefix+op.Workspace+"/", op)
 	if kept {
 		v := append([]byte(op.Workspace+"\x00"), binary.BigEndian.AppendUint64(nil, uint64(op.ResultBytes))...)
 		delta[op.Workspace] += int64(op.ResultBytes)
+		if err := pb.Set(wsKey, v, nil); err != nil {
+			return err
+		}
 		return pb.Set(keptKey(op), v, nil)
 	}
 	delta[op.Workspace] -= int64(op.ResultBytes)
+	if err := pb.Delete(wsKey, nil); err != nil {
+		return err
+	}
 	return pb.Delete(keptKey(op), nil)
 }
 
@@ -126,6 +135,21 @@ func (s *Store) KeptResults(ws string, before time.Time, limit int) ([]Kept, err
 	if !before.IsZero() {
 		opts.UpperBound = binary.BigEndian.AppendUint64([]byte(keptPrefix), uint64(before.UnixNano())+1)
 	}
+	return s.kept(opts, ws, limit, true)
+}
+
+// OldestResults returns up to limit kept results of workspace ws, oldest
+// op first (by its first event): what goes when the workspace keeps too
+// many bytes. Until is left zero.
+func (s *Store) OldestResults(ws string, limit int) ([]Kept, error) {
+	prefix := []byte(keptWSPrefix + ws + "/")
+	return s.kept(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)}, ws, limit, false)
+}
+
+// kept reads index entries; byTime: the k/ index, whose keys hold the
+// kept-until time, else the kw/ one.
+func (s *Store) kept(opts *pebble.IterOptions, ws string, limit int, byTime bool) ([]Kept, error) {
+	prefix := opts.LowerBound
 	it, err := s.db.NewIter(opts)
 	if err != nil {
 		return nil, err
@@ -141,11 +165,11 @@ func (s *Store) KeptResults(ws string, before time.Time, limit int) ([]Kept, err
 		if ws != "" && w != ws {
 			continue
 		}
-		out = append(out, Kept{
-			OpID: string(k[len(prefix)+9:]), Workspace: w,
-			Until: time.Unix(0, int64(binary.BigEndian.Uint64(k[len(prefix):]))).UTC(),
-			Bytes: int64(binary.BigEndian.Uint64([]byte(size))),
-		})
+		e := Kept{OpID: string(k[len(prefix)+9:]), Workspace: w, Bytes: int64(binary.BigEndian.Uint64([]byte(size)))}
+		if byTime {
+			e.Until = time.Unix(0, int64(binary.BigEndian.Uint64(k[len(prefix):]))).UTC()
+		}
+		out = append(out, e)
 	}
 	return out, it.Error()
 }

@@ -21,7 +21,8 @@ const (
 	DefaultResultTTL = 24 * time.Hour
 	// MaxResultTTL bounds a result's retention.
 	MaxResultTTL = 30 * 24 * time.Hour
-	// DefaultRetainedBytes bounds the sealed bytes one workspace keeps;
+	// DefaultRetainedBytes bounds the result bytes (their compacted size, as
+	// result_bytes) one workspace keeps;
 	// over it the oldest results are erased first.
 	DefaultRetainedBytes = 1 << 30
 )

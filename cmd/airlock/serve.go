@@ -163,7 +163,7 @@ func newServe(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.CheckpointInterval, "checkpoint-interval", time.Second, "sign an audit checkpoint once the oldest unsigned event is this old")
 	f.DurationVar(&resultTTL, "result-ttl", events.DefaultResultTTL, "how long a completed op's result is kept, sealed to the agent that asked, where the policy sets no results.ttl; 0 keeps none; at most 720h")
 	f.BoolVar(&cfg.ResultEraseOnDelivery, "result-erase-after-delivery", false, "erase a kept result as soon as the agent has it, where the policy says nothing")
-	f.Int64Var(&cfg.ResultRetainBytes, "result-retain-bytes", events.DefaultRetainedBytes, "the most sealed result bytes one workspace keeps; over it the oldest are erased first (-1: no bound)")
+	f.Int64Var(&cfg.ResultRetainBytes, "result-retain-bytes", events.DefaultRetainedBytes, "the most result bytes (result_bytes, before sealing) one workspace keeps; over it the results of its oldest ops are erased first (-1: no bound)")
 	f.IntVar(&cfg.ScrubSecureBacklog, "secure-erase-backlog", 16, "erase each finished op's request with a JetStream secure delete while no more than this many wait; above it, delete them (their bytes leave the disk with their block; see docs/security.md); -1: always secure")
 	f.BoolVar(&cfg.AuditOverride, "unsafe-audit-override", false, "start even when the audit log fails verification (rolled back, forked, tampered): logged as an error; investigate first")
 	f.StringVar(&cfg.MetricsListen, "metrics", "", "serve Prometheus /metrics, /healthz and /readyz on this address (host:port; e.g. 127.0.0.1:9090); empty for none")

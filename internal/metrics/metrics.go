@@ -107,7 +107,7 @@ type ResultStats interface {
 type retainedCollector struct{ m *Metrics }
 
 var retainedDesc = prometheus.NewDesc(ResultsRetained,
-	"Sealed result bytes each workspace keeps for its agents; over serve's --result-retain-bytes the oldest are erased.", []string{"workspace"}, nil)
+	"Result bytes (result_bytes, before sealing) each workspace keeps for its agents; over serve's --result-retain-bytes the oldest are erased.", []string{"workspace"}, nil)
 
 func (c retainedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- retainedDesc }
 

@@ -82,17 +82,18 @@ func TestCLI(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &retry))
 	assert.Equal(t, completed, retry.OpID)
-	// Airlock keeps no result: the retry learns its digest and size.
-	assert.Nil(t, retry.Result, out)
+	// Airlock keeps the result for the agent: the retry gets it again,
+	// checked against its digest.
+	assert.JSONEq(t, `{"hello":"world"}`, string(retry.Result), out)
 	assert.Equal(t, events.Digest([]byte(`{"hello":"world"}`)), retry.ResultDigest)
 	assert.Equal(t, len(`{"hello":"world"}`), retry.ResultBytes)
 	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "echo", "--args", `{"hello":"world"}`)
 	require.Equal(t, 0, code)
-	assert.Contains(t, out, "result not kept: "+retry.ResultDigest)
+	assert.Contains(t, out, `{"hello":"world"}`)
 	out, _, code = srv.run(t, "ops", "get", completed)
 	require.Equal(t, 0, code, out)
-	assert.Contains(t, out, "not kept: "+retry.ResultDigest)
-	assert.NotContains(t, out, "world")
+	assert.Contains(t, out, retry.ResultDigest+", 17 bytes, kept for agent until ")
+	assert.NotContains(t, out, "world", "ops get shows the digest, never the result")
 
 	// denied: exit 4 with the code.
 	out, _, code = srv.run(t, "submit", "--ws", "cli", "--tool", "format_disk", "--json")

@@ -132,9 +132,15 @@ func TestProgressBench(t *testing.T) {
 			finals = append(finals, line[i+1:])
 		}
 	}
-	require.Len(t, finals, 2, "%q", tty)
+	require.Len(t, finals, 4, "%q", tty)
 	assert.Regexp(t, `^pipeline +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[0])
-	assert.Regexp(t, `^raw publish +\[={24}\] 200/200 100%  \S+/s  in \S+ *\n$`, finals[1])
+	assert.Regexp(t, `^result fetch +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[1])
+	assert.Regexp(t, `^raw publish +\[={24}\] 240/240 100%  \S+/s  in \S+ *\n$`, finals[2])
+	assert.Regexp(t, `^no results kept +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[3])
+	// The bars line up.
+	for _, f := range finals {
+		assert.Equal(t, strings.Index(finals[0], "["), strings.Index(f, "["), f)
+	}
 }
 
 // `airlock replay` draws the messages applied against the stream's on a

@@ -18,7 +18,7 @@ const (
 	PhaseForkExec          = "fork/exec"
 	PhaseRaw               = "raw publish"
 	PhasePipelineNoLog     = "pipeline, no log"
-	PhasePipelineNoResults = "pipeline, no results kept"
+	PhasePipelineNoResults = "no results kept"
 	PhaseFetch             = "result fetch"
 	PhaseAuditAppend       = "audit append"
 	PhaseAuditVerify       = "audit verify"

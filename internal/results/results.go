@@ -24,8 +24,10 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/jspub"
 	"github.com/airlock-dev/airlock/internal/seal"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -169,9 +171,22 @@ func (s *Store) Keep(ctx context.Context, r executor.KeptResult) (*time.Time, er
 		return nil, err
 	}
 	until := s.now().Add(ttl).UTC()
-	_, err = s.js.Publish(ctx, events.ResultSubject(r.Workspace, r.OpID, r.Attempt), sealed,
-		jetstream.WithMsgID(r.OpID+"."+r.Attempt), jetstream.WithMsgTTL(ttl+streams.ResultTTLMargin),
-		jetstream.WithExpectStream(streams.Results))
+	// The process's shared asynchronous publisher: no reply subscription
+	// and round trip of its own per result, as a synchronous publish
+	// would take.
+	pub, err := jspub.For(s.js.Conn())
+	if err != nil {
+		return nil, err
+	}
+	m := &nats.Msg{Subject: events.ResultSubject(r.Workspace, r.OpID, r.Attempt), Data: sealed, Header: nats.Header{
+		jetstream.MsgIDHeader:          {r.OpID + "." + r.Attempt},
+		jetstream.MsgTTLHeader:         {(ttl + streams.ResultTTLMargin).String()},
+		jetstream.ExpectedStreamHeader: {streams.Results},
+	}}
+	ack, err := pub.Publish(m)
+	if err == nil {
+		_, _, err = ack.Wait(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("results: store: %w", err)
 	}

@@ -68,17 +68,25 @@ func (e *Expirer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(e.cfg.Interval)
+	every(ctx, e.cfg.Interval, func() {
+		if n, err := e.Sweep(ctx, st); err != nil && ctx.Err() == nil {
+			e.cfg.Logger.Warn("hold expiry scan", "err", err, "expired", n)
+		}
+	})
+	return nil
+}
+
+// every calls sweep each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, sweep func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
-		if n, err := e.Sweep(ctx, st); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.Warn("hold expiry scan", "err", err, "expired", n)
-		}
+		sweep()
 	}
 }
 

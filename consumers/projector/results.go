@@ -91,18 +91,12 @@ func (e *Eraser) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := time.NewTicker(e.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	every(ctx, e.cfg.Interval, func() {
 		if n, err := e.Sweep(ctx, st); err != nil && ctx.Err() == nil {
 			e.cfg.Logger.Warn("result erasure sweep", "err", err, "erased", n)
 		}
-	}
+	})
+	return nil
 }
 
 // sweepBatch bounds the results one sweep erases for each reason.

@@ -192,31 +192,36 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
 	if cfg.Results > 0 {
-		var none Result
-		nocfg := cfg
-		nocfg.Holds, nocfg.Execs, nocfg.Results, nocfg.noResults = -1, -1, -1, true
-		nocfg.Dir = filepath.Join(cfg.Dir, "noresults")
-		if _, _, err := pipeline(ctx, nocfg, &none); err != nil {
+		ops, err := again(ctx, cfg, "noresults", func(c *Config) { c.noResults = true })
+		if err != nil {
 			return res, fmt.Errorf("pipeline keeping no results: %w", err)
 		}
-		res.OpsPerSNoResults = none.OpsPerS
-		res.ResultsCost = 1 - res.OpsPerS/res.OpsPerSNoResults
+		res.OpsPerSNoResults, res.ResultsCost = ops, 1-res.OpsPerS/ops
 	}
 	if cfg.AuditLeaves > 0 {
-		var nolog Result
-		nocfg := cfg
-		nocfg.Holds, nocfg.Execs, nocfg.Results, nocfg.noLog = -1, -1, -1, true
-		nocfg.Dir = filepath.Join(cfg.Dir, "nolog")
-		if _, _, err := pipeline(ctx, nocfg, &nolog); err != nil {
+		ops, err := again(ctx, cfg, "nolog", func(c *Config) { c.noLog = true })
+		if err != nil {
 			return res, fmt.Errorf("pipeline without the log: %w", err)
 		}
-		res.OpsPerSNoLog = nolog.OpsPerS
-		res.LogCost = 1 - res.OpsPerS/res.OpsPerSNoLog
+		res.OpsPerSNoLog, res.LogCost = ops, 1-res.OpsPerS/ops
 		if err := auditLog(cfg, &res); err != nil {
 			return res, fmt.Errorf("audit: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// again runs the pipeline phase alone once more, in a fresh data dir
+// under cfg.Dir, as change makes it, and returns its ops/s.
+func again(ctx context.Context, cfg Config, dir string, change func(*Config)) (float64, error) {
+	var r Result
+	cfg.Holds, cfg.Execs, cfg.Results = -1, -1, -1
+	cfg.Dir = filepath.Join(cfg.Dir, dir)
+	change(&cfg)
+	if _, _, err := pipeline(ctx, cfg, &r); err != nil {
+		return 0, err
+	}
+	return r.OpsPerS, nil
 }
 
 // pipeline runs cfg.Ops echo ops through a whole Airlock and returns how

@@ -129,20 +129,15 @@ func HeldConfig(c Config) jetstream.StreamConfig {
 // erase it, and erased by subject (purge) when its retention ends. Only
 // Airlock's own principal reads it: no client imports it.
 func ResultsConfig(c Config) jetstream.StreamConfig {
-	c = c.withDefaults()
-	return jetstream.StreamConfig{
-		Name:        Results,
-		Description: "Airlock results, each sealed to the agent that asked",
-		Subjects:    []string{events.ResultSubjects},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     storage(c),
-		Replicas:    c.Replicas,
-		Duplicates:  c.Duplicates,
-		MaxMsgSize:  MaxMsgBytes,
-		Discard:     jetstream.DiscardNew,
-		AllowDirect: true,
-		AllowMsgTTL: true,
-	}
+	// The requests stream's settings (storage, replicas, window, size,
+	// discard, direct gets), purges allowed, per-message TTLs.
+	sc := RequestsConfig(c)
+	sc.Name = Results
+	sc.Description = "Airlock results, each sealed to the agent that asked"
+	sc.Subjects = []string{events.ResultSubjects}
+	sc.DenyPurge = false
+	sc.AllowMsgTTL = true
+	return sc
 }
 
 // ResultTTLMargin is how long after its retention a result's own TTL

@@ -102,3 +102,13 @@ type ResultAnswer struct {
 	// the request itself never carries Result or Sealed.
 	SentTo string `json:"sent_to,omitempty"`
 }
+
+// KeptResult is one result to keep for the agent that asked: what the
+// runner hands its result keeper (consumers/executor.ResultKeeper) before
+// the completed event.
+type KeptResult struct {
+	Workspace, OpID, Attempt, Agent string
+	// Result is the compacted result the completed event's digest covers.
+	Result    []byte
+	Retention Retention
+}

@@ -57,7 +57,7 @@ func (g *globals) auditSource(ctx context.Context, remote bool) (src audit.Sourc
 		return nil, nil, nil, nil, err
 	}
 	aud = producers.NewAuditor(nc)
-	return aud.Source(ctx), nil, aud, nc.Close, nil
+	return remoteLog(ctx, aud), nil, aud, nc.Close, nil
 }
 
 func locked(err error) bool {

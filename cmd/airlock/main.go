@@ -1,4 +1,3 @@
-// Command airlock runs Airlock and talks to it: serve, submit, ops, bench.
 package main
 
 import (

@@ -3,6 +3,7 @@ package executor
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -38,7 +38,7 @@ type Config struct {
 	RecordFor time.Duration
 	// Handoff, when set, holds args the gate of this process admitted:
 	// an op found there is not read back from AIRLOCK_REQUESTS.
-	Handoff *handoff.Args
+	Handoff ArgsHandoff
 	// Group names the durable consumers (one per tool) the runner takes
 	// work from; runners of one group share it. Default
 	// streams.DefaultExecutorGroup.
@@ -76,6 +76,13 @@ type Config struct {
 	Results ResultKeeper
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// ArgsHandoff hands a runner the args of an op its own process's gate
+// admitted (internal/handoff.Args): ok is false when it does not hold
+// those of op's request seq.
+type ArgsHandoff interface {
+	Take(op string, seq uint64) (args json.RawMessage, ok bool)
 }
 
 // Validate checks the config and fills defaults.

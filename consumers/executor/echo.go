@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/events"
 )
 
 // Echo returns its args as its result. It has no side effect, so a lost
@@ -15,7 +15,7 @@ type Echo struct{}
 func (Echo) Tool() string { return "echo" }
 
 // Class is read.
-func (Echo) Class() policy.Class { return policy.ClassRead }
+func (Echo) Class() events.Class { return events.ClassRead }
 
 // Execute returns c.Args.
 func (Echo) Execute(_ context.Context, c Call) (json.RawMessage, error) {

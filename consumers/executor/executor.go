@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/events"
 )
 
 // Call is one op as an executor sees it. Args is canonical JSON; the
@@ -93,7 +93,7 @@ type Executor interface {
 	// Tool is the tool name the executor serves.
 	Tool() string
 	// Class is the tool's capability class.
-	Class() policy.Class
+	Class() events.Class
 	// Execute performs the call and returns its result as JSON. An
 	// *events.Error fails the op with its code; any other error fails it
 	// with EXECUTOR_FAILED.

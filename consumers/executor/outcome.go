@@ -79,13 +79,8 @@ type ResultKeeper interface {
 	Keep(ctx context.Context, r KeptResult) (*time.Time, error)
 }
 
-// KeptResult is what a ResultKeeper stores.
-type KeptResult struct {
-	Workspace, OpID, Attempt, Agent string
-	// Result is the compacted result the completed event's digest covers.
-	Result    []byte
-	Retention events.Retention
-}
+// KeptResult is what a ResultKeeper stores (events.KeptResult).
+type KeptResult = events.KeptResult
 
 // keep stores the result before the completed event that counts it,
 // trying until deadline: a result that cannot be stored keeps the op out

@@ -9,7 +9,6 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
@@ -23,7 +22,7 @@ type returning struct {
 }
 
 func (r *returning) Tool() string        { return r.name }
-func (r *returning) Class() policy.Class { return policy.ClassRead }
+func (r *returning) Class() events.Class { return events.ClassRead }
 func (r *returning) Execute(context.Context, executor.Call) (json.RawMessage, error) {
 	return r.result, r.err
 }

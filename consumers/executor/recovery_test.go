@@ -12,7 +12,6 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
-	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,7 +31,7 @@ type scripted struct {
 }
 
 func (s *scripted) Tool() string        { return "scripted" }
-func (s *scripted) Class() policy.Class { return policy.ClassWrite }
+func (s *scripted) Class() events.Class { return events.ClassWrite }
 func (s *scripted) Execute(_ context.Context, c executor.Call) (json.RawMessage, error) {
 	s.runs.Add(1)
 	return json.RawMessage(`{"ran":true}`), nil

@@ -6,25 +6,8 @@ import (
 	"github.com/airlock-dev/airlock/events"
 )
 
-// Transition is one event the projector applied: an op event that moved an
-// op (or, for scrubbed, marked it), a rejected request, or a workspace's
-// mode set or a policy loaded (no op: From, To and the names are empty).
-type Transition struct {
-	// Type is the event's type and Data its decoded body (*events.Decided,
-	// *events.Rejected, ...).
-	Type events.Type
-	Data any
-	// From and To are the op's states before and after; both empty for an
-	// event that is not an op's.
-	From, To events.State
-	// Workspace, OpID and Tool name the op.
-	Workspace, OpID, Tool string
-	// At is the event's stored time; Since is when the op entered From
-	// (its previous event's stored time), zero for an op's first event.
-	At, Since time.Time
-	// Granted is when the op's hold was granted; zero if it never was.
-	Granted time.Time
-}
+// Transition is one event the projector applied (events.Transition).
+type Transition = events.Transition
 
 // Observer is told what the projector applied, once the batch that holds
 // it is committed, in stream order. Applied is called on the projector's

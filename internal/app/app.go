@@ -1,7 +1,3 @@
-// Package app wires Airlock's parts into one process: the embedded (or an
-// external) NATS server, the streams, the gate, the executors, the
-// projector and its query service. `airlock serve`, the benchmark and the
-// tests all start Airlock through Start.
 package app
 
 import (
@@ -700,3 +696,5 @@ func (a *App) resultStore(cfg Config) (*results.Store, error) {
 	}
 	return results.New(a.JetStream, results.DeploymentKeys{Opener: own}, own, cfg.Logger).WithClock(cfg.Clock), nil
 }
+
+var _ projector.Observer = (*metrics.Transitions)(nil)

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,7 +29,7 @@ const DefaultTimeout = 2 * time.Second
 type Config struct {
 	// Store, Projector and JetStream are what the metrics read. Required.
 	Store     *store.Store
-	Projector *projector.Projector
+	Projector Projection
 	JetStream jetstream.JetStream
 	// Transitions are the projector's counts (its Observer). Required.
 	Transitions *Transitions
@@ -94,6 +94,16 @@ type Metrics struct {
 	ahead atomic.Pointer[string]
 
 	anomalies prometheus.CounterFunc
+}
+
+// Projection is what the metrics read of the projector
+// (consumers/projector.Projector): how far it has applied the ops stream,
+// what it skipped, and its newest signed checkpoint.
+type Projection interface {
+	Applied() uint64
+	Anomalies() uint64
+	Latest() *audit.Checkpoint
+	LatestAt() time.Time
 }
 
 // ResultStats counts what the eraser erased (projector.Eraser).

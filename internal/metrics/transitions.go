@@ -3,7 +3,6 @@ package metrics
 import (
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,14 +73,14 @@ func (e *Transitions) collectors() []prometheus.Collector {
 	return []prometheus.Collector{e.events, e.decisions, e.rejected, e.executions, e.holdResolution, e.grantToExec, e.execDuration}
 }
 
-// Applied counts committed transitions (projector.Observer).
-func (e *Transitions) Applied(ts []projector.Transition) {
+// Applied counts committed transitions (a consumers/projector.Observer).
+func (e *Transitions) Applied(ts []events.Transition) {
 	for i := range ts {
 		e.apply(&ts[i])
 	}
 }
 
-func (e *Transitions) apply(t *projector.Transition) {
+func (e *Transitions) apply(t *events.Transition) {
 	e.events.WithLabelValues(t.Type.Short()).Inc()
 	if r, ok := t.Data.(*events.Rejected); ok {
 		e.rejected.WithLabelValues(string(r.Code)).Inc()
@@ -123,8 +122,6 @@ func seconds(d time.Duration) float64 {
 	}
 	return d.Seconds()
 }
-
-var _ projector.Observer = (*Transitions)(nil)
 
 // Describe and Collect make Transitions a prometheus.Collector of all its
 // metrics.

@@ -1,5 +1,3 @@
-// Package natsrv starts the embedded NATS server with JetStream that
-// `airlock serve` runs by default.
 package natsrv
 
 import (

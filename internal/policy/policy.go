@@ -11,26 +11,22 @@ import (
 	"github.com/airlock-dev/airlock/events"
 )
 
-// Class is a tool's capability class.
-type Class string
+// Class is a tool's capability class, events.Class: the public type an
+// executor declares, so that an executor outside this module needs no
+// internal package.
+type Class = events.Class
 
 // Capability classes, least to most dangerous.
 const (
-	ClassRead        Class = "read"
-	ClassWrite       Class = "write"
-	ClassExec        Class = "exec"
-	ClassNetwork     Class = "network"
-	ClassDestructive Class = "destructive"
+	ClassRead        = events.ClassRead
+	ClassWrite       = events.ClassWrite
+	ClassExec        = events.ClassExec
+	ClassNetwork     = events.ClassNetwork
+	ClassDestructive = events.ClassDestructive
 )
 
 // ParseClass returns the class named s; anything unknown is destructive.
-func ParseClass(s string) Class {
-	switch c := Class(s); c {
-	case ClassRead, ClassWrite, ClassExec, ClassNetwork, ClassDestructive:
-		return c
-	}
-	return ClassDestructive
-}
+func ParseClass(s string) Class { return events.ParseClass(s) }
 
 func validClass(s string) bool { return ParseClass(s) == Class(s) }
 

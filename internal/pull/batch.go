@@ -1,5 +1,3 @@
-// Package pull feeds a JetStream pull consumer's messages to handlers in
-// batches.
 package pull
 
 import (

@@ -1,9 +1,3 @@
-// Package results keeps completed ops' results for the agents that asked
-// (ADR 0018): sealed to the agent's key (internal/seal) and stored in
-// AIRLOCK_RESULTS, one message per attempt, until the op's retention
-// ends. The runner keeps them (Keep, before the completed event); the
-// gate's answer to a retry and the query service's result endpoint read
-// them (Get); the eraser removes them (Erase).
 package results
 
 import (
@@ -21,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/jspub"
@@ -153,10 +146,10 @@ func (s *Store) stream(ctx context.Context) (jetstream.Stream, error) {
 	return st, nil
 }
 
-// Keep implements executor.ResultKeeper: it seals the result to the
+// Keep implements consumers/executor.ResultKeeper: it seals the result to the
 // agent and stores it, deduplicated by op and attempt, with a TTL of the
 // retention and streams.ResultTTLMargin.
-func (s *Store) Keep(ctx context.Context, r executor.KeptResult) (*time.Time, error) {
+func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, error) {
 	ttl := r.Retention.TTL()
 	if ttl <= 0 {
 		return nil, nil

@@ -1,5 +1,3 @@
-// Package testexec holds executors for tests that must count real
-// executions across crashes.
 package testexec
 
 import (

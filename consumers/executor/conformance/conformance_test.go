@@ -19,7 +19,6 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/executor/conformance"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 // faultEnv names the fault TestFaulty injects; unset, it is skipped.
@@ -123,7 +122,7 @@ type memo struct {
 }
 
 func (m *memo) Tool() string        { return "memo" }
-func (m *memo) Class() policy.Class { return policy.ClassWrite }
+func (m *memo) Class() events.Class { return events.ClassWrite }
 
 func (m *memo) effects(c executor.Call) int {
 	m.mu.Lock()

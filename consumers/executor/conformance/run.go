@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 // Run checks the executor h describes, one subtest per property (the
@@ -271,7 +270,7 @@ func checkAction(t *testing.T, rec executor.Recovery) {
 func (s *suite) identity(t *testing.T, f Fixture) {
 	e := f.Executor
 	assert.True(t, events.ValidName(e.Tool()), "Tool %q is not a valid tool name", e.Tool())
-	assert.Equal(t, e.Class(), policy.ParseClass(string(e.Class())), "Class %q is not a capability class", e.Class())
+	assert.Equal(t, e.Class(), events.ParseClass(string(e.Class())), "Class %q is not a capability class", e.Class())
 }
 
 func (s *suite) result(t *testing.T, f Fixture) {

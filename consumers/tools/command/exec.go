@@ -13,7 +13,6 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
-	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 // Exec is the "exec" tool: it runs an argv as a child process of Airlock,
@@ -41,7 +40,7 @@ func New(cfg Config) (*Exec, error) {
 func (*Exec) Tool() string { return "exec" }
 
 // Class is exec.
-func (*Exec) Class() policy.Class { return policy.ClassExec }
+func (*Exec) Class() events.Class { return events.ClassExec }
 
 // Execute runs the call's argv and returns its Result as JSON. Refusals
 // come before anything is written or spawned: INVALID_ARGS (see

@@ -17,13 +17,12 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/tools/command"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 func TestToolAndClass(t *testing.T) {
 	f := newFixture(t)
 	assert.Equal(t, "exec", f.e.Tool())
-	assert.Equal(t, policy.ClassExec, f.e.Class())
+	assert.Equal(t, events.ClassExec, f.e.Class())
 }
 
 func TestEnvCleared(t *testing.T) {

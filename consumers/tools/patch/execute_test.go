@@ -12,7 +12,6 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/tools/patch"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +19,7 @@ import (
 func TestToolAndClass(t *testing.T) {
 	e := newEnv(t)
 	assert.Equal(t, "apply_patch", e.p.Tool())
-	assert.Equal(t, policy.ClassWrite, e.p.Class())
+	assert.Equal(t, events.ClassWrite, e.p.Class())
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 )
 
 // ToolName is the tool the executor serves.
@@ -97,7 +96,7 @@ func New(cfg Config) (*Patch, error) {
 func (p *Patch) Tool() string { return ToolName }
 
 // Class is write.
-func (p *Patch) Class() policy.Class { return policy.ClassWrite }
+func (p *Patch) Class() events.Class { return events.ClassWrite }
 
 // File is one file a patch touched, in a result and in the ledger. Pre and
 // Post are "sha256:<hex>" of the content, or "absent".

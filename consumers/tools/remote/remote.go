@@ -13,7 +13,6 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
-	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/nats-io/nats.go"
 )
 
@@ -45,7 +44,7 @@ type Config struct {
 	// most 1m.
 	StatusTimeout time.Duration
 	// Class is the tool's capability class; default network.
-	Class policy.Class
+	Class events.Class
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -77,9 +76,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("remote: StatusTimeout %s outside (0, %s]", c.StatusTimeout, MaxStatusTimeout)
 	}
 	if c.Class == "" {
-		c.Class = policy.ClassNetwork
+		c.Class = events.ClassNetwork
 	}
-	if policy.ParseClass(string(c.Class)) != c.Class {
+	if events.ParseClass(string(c.Class)) != c.Class {
 		return fmt.Errorf("remote: unknown class %q", c.Class)
 	}
 	if c.Logger == nil {
@@ -129,7 +128,7 @@ func New(cfg Config) (*Remote, error) {
 func (r *Remote) Tool() string { return r.cfg.Tool }
 
 // Class is the configured class.
-func (r *Remote) Class() policy.Class { return r.cfg.Class }
+func (r *Remote) Class() events.Class { return r.cfg.Class }
 
 // Subject is where calls go.
 func (r *Remote) Subject() string { return r.cfg.Subject }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/tools/remote"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -171,14 +170,14 @@ func TestConfig(t *testing.T) {
 	r, err := remote.New(remote.Config{Conn: g.n.Conn, Subject: "tools.deploy"})
 	require.NoError(t, err)
 	assert.Equal(t, "remote", r.Tool())
-	assert.Equal(t, policy.ClassNetwork, r.Class())
+	assert.Equal(t, events.ClassNetwork, r.Class())
 	assert.Equal(t, "tools.deploy", r.Subject())
 	assert.Equal(t, "tools.deploy.status", r.StatusSubject())
 
-	r, err = remote.New(remote.Config{Conn: g.n.Conn, Tool: "deploy", Subject: "tools.deploy", Class: policy.ClassDestructive})
+	r, err = remote.New(remote.Config{Conn: g.n.Conn, Tool: "deploy", Subject: "tools.deploy", Class: events.ClassDestructive})
 	require.NoError(t, err)
 	assert.Equal(t, "deploy", r.Tool())
-	assert.Equal(t, policy.ClassDestructive, r.Class())
+	assert.Equal(t, events.ClassDestructive, r.Class())
 
 	bad := []struct {
 		name string

@@ -1,0 +1,2 @@
+// Command airlock runs Airlock and talks to it: serve, submit, ops, bench.
+package main

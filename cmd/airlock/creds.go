@@ -32,9 +32,6 @@ reads the data dir can open them.`,
 			if !authority.ValidName(args[0]) {
 				return usageError("%q is not a valid principal name ([a-z0-9][a-z0-9_-]{0,63})", args[0])
 			}
-			if pubKey != "" && out != "" {
-				return usageError("--public-key and --out exclude each other")
-			}
 			var (
 				p   authority.Principal
 				err error
@@ -74,6 +71,8 @@ reads the data dir can open them.`,
 	add.Flags().StringVar(&role, "role", "", "the principal's role")
 	add.Flags().StringVar(&pubKey, "public-key", "", "register this nkey user public key (U...), whose seed its owner keeps")
 	add.Flags().StringVar(&out, "out", "", "write the new principal's creds file here, not into the data dir")
+	_ = add.MarkFlagRequired("role")
+	add.MarkFlagsMutuallyExclusive("public-key", "out")
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the principals",

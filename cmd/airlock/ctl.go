@@ -36,7 +36,7 @@ override. With --for the override ends by itself after DUR.`,
 				return usageError("mode %q is not auto, confirm, locked or default", mode)
 			}
 			if reason == "" {
-				return usageError("--reason is required")
+				return usageError("--reason must say why: it is recorded")
 			}
 			if dur < 0 {
 				return usageError("--for must not be negative")
@@ -77,6 +77,7 @@ override. With --for the override ends by itself after DUR.`,
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the control)")
+	_ = cmd.MarkFlagRequired("reason")
 	cmd.Flags().DurationVar(&dur, "for", 0, "end the override after this long (0: until changed)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the recorded control as JSON")
 	return cmd

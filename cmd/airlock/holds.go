@@ -170,7 +170,7 @@ on resume, failed, expired or ambiguous: the line names the code).`,
 				return usageError("%q is not a hold id (hold_<32 hex>)", holdID)
 			}
 			if reason == "" {
-				return usageError("--reason is required")
+				return usageError("--reason must say why: it is recorded")
 			}
 			a, done, err := g.approver()
 			if err != nil {
@@ -238,6 +238,7 @@ on resume, failed, expired or ambiguous: the line names the code).`,
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded with the resolution)")
+	_ = cmd.MarkFlagRequired("reason")
 	cmd.Flags().StringVar(&digest, "digest", "", "the args digest the resolution covers (default: the hold's)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	if decision == events.DecisionGrant {

@@ -50,9 +50,6 @@ that the rebuilt log has the live log's origin; --new-key signs with a new
 one instead.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if into == "" {
-				return usageError("--into DIR is required")
-			}
 			if entries, err := os.ReadDir(into); err == nil && len(entries) > 0 {
 				return usageError("--into %s is not empty", into)
 			}
@@ -70,6 +67,7 @@ one instead.`,
 		},
 	}
 	cmd.Flags().StringVar(&into, "into", "", "the empty data dir to rebuild into")
+	_ = cmd.MarkFlagRequired("into")
 	cmd.Flags().BoolVar(&newKey, "new-key", false, "sign the rebuilt log with a new audit key instead of --data's")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd

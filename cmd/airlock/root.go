@@ -36,7 +36,12 @@ func execute(ctx context.Context) error {
 	g := &globals{}
 	g.ctx, g.refuse = context.WithCancelCause(ctx)
 	defer g.refuse(nil)
-	err := newRoot(g).ExecuteContext(g.ctx)
+	cmd, err := newRoot(g).ExecuteContextC(g.ctx)
+	var ee *exitError
+	if err != nil && !errors.As(err, &ee) && cmd != nil && (cmd.ValidateRequiredFlags() != nil || cmd.ValidateFlagGroups() != nil) {
+		// cobra's checks of required flags and flag groups: usage.
+		err = &exitError{code: exitUsage, err: err}
+	}
 	if r := g.refused(); r != nil && events.CodeOf(err) != events.CodePermissionDenied {
 		// (A command that explained the refusal itself keeps its words.)
 		var ee *exitError

@@ -43,15 +43,7 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 				// The agent is the principal publishing: the credential's.
 				req.Agent = principal(g.credsFor("agent"), "agent")
 			}
-			for _, f := range []struct{ name, value string }{{"ws", req.Workspace}, {"agent", req.Agent}, {"tool", req.Tool}} {
-				if f.value == "" {
-					return usageError("--%s is required", f.name)
-				}
-			}
 			if argsFile != "" {
-				if cmd.Flags().Changed("args") {
-					return usageError("--args and --args-file exclude each other")
-				}
 				b, err := readArgsFile(cmd.InOrStdin(), argsFile)
 				if err != nil {
 					return err
@@ -103,6 +95,9 @@ pending when --wait ran out, 4 denied (or expired, or ambiguous).`,
 	f.StringVar(&req.IdempotencyKey, "idempotency-key", "", "distinguishes two deliberate calls with equal arguments")
 	f.DurationVar(&wait, "wait", 30*time.Second, "how long to wait for a terminal outcome; given, a held op is waited through its grant")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	_ = cmd.MarkFlagRequired("ws")
+	_ = cmd.MarkFlagRequired("tool")
+	cmd.MarkFlagsMutuallyExclusive("args", "args-file")
 	return cmd
 }
 

@@ -70,12 +70,23 @@ func WorkspaceRequests(ws string) string { return SubjectRoot + ".req." + ws + "
 // agent; ok is false unless the subject is airlock.v1.req.<ws>.<agent>
 // with valid names.
 func RequestSubjectParts(subject string) (ws, agent string, ok bool) {
+	ws, agent, ok = SplitRequestSubject(subject)
+	if !ok || !ValidName(ws) || !ValidName(agent) {
+		return "", "", false
+	}
+	return ws, agent, true
+}
+
+// SplitRequestSubject is the one parser of request subjects: the two
+// tokens after airlock.v1.req., whatever they hold; ok is false for a
+// subject of another shape. RequestSubjectParts also checks the names.
+func SplitRequestSubject(subject string) (ws, agent string, ok bool) {
 	rest, found := strings.CutPrefix(subject, SubjectRoot+".req.")
 	if !found {
 		return "", "", false
 	}
 	ws, agent, found = strings.Cut(rest, ".")
-	if !found || !ValidName(ws) || !ValidName(agent) {
+	if !found || ws == "" || agent == "" || strings.IndexByte(agent, '.') >= 0 {
 		return "", "", false
 	}
 	return ws, agent, true

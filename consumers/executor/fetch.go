@@ -131,27 +131,9 @@ func fetchSpan(seqs []uint64) int {
 	return int(min(slices.Max(seqs)-slices.Min(seqs)+1, maxFetchBatch))
 }
 
-// requestFromBody reads a stored request from its body alone: the request
-// itself in binary mode, a CloudEvents envelope in structured mode.
-func requestFromBody(body []byte) (*events.Request, error) {
-	var req events.Request
-	if err := json.Unmarshal(body, &req); err == nil && req.Workspace != "" {
-		return &req, req.Validate()
-	}
-	ev, err := events.Decode(nats.Header{events.HeaderContentType: []string{events.ContentTypeStructured}}, body)
-	if err != nil {
-		return nil, err
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := data.(*events.Request)
-	if !ok {
-		return nil, fmt.Errorf("not a request")
-	}
-	return r, r.Validate()
-}
+// requestFromBody reads a stored request from its body alone (a batched
+// direct get returns no headers).
+func requestFromBody(body []byte) (*events.Request, error) { return events.DecodeRequest(nil, body) }
 
 // fetch reads the op's args from its request message and checks that they
 // are the op's: the request's fingerprint must derive the op id.

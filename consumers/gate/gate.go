@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -385,25 +384,8 @@ func (g *Gate) parse(m jetstream.Msg) (*events.Request, *events.Error) {
 		}
 		return nil, e
 	}
-	if n := len(m.Data()); n > events.MaxRequestBytes {
-		return fail(events.Errorf(events.CodeRequestTooLarge, "request body is %d bytes, limit %d", n, events.MaxRequestBytes))
-	}
-	ev, err := events.Decode(m.Headers(), m.Data())
+	req, err := events.DecodeRequest(m.Headers(), m.Data())
 	if err != nil {
-		return fail(err)
-	}
-	if t := events.Type(ev.Type()); t != events.TypeRequested {
-		if !t.Known() {
-			return fail(events.Errorf(events.CodeUnknownEventType, "an event type (%d bytes) that is not Airlock's on a request subject: publish %s", len(ev.Type()), events.TypeRequested))
-		}
-		return fail(events.Errorf(events.CodeInvalidEvent, "only %s may be published on request subjects, got %s", events.TypeRequested, t))
-	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return fail(err)
-	}
-	req := data.(*events.Request)
-	if err := req.Validate(); err != nil {
 		return fail(err)
 	}
 	ws, agent, _ := events.RequestSubjectParts(m.Subject())
@@ -617,11 +599,11 @@ func (g *Gate) reply(inbox string, r events.Reply) {
 func replyTo(m jetstream.Msg) string {
 	// The agent token counts even when the workspace token is bad, so that
 	// a request rejected for its subject is still answered.
-	parts := strings.Split(m.Subject(), ".")
-	if len(parts) != 5 {
+	_, agent, ok := events.SplitRequestSubject(m.Subject())
+	if !ok {
 		return ""
 	}
-	if inbox := m.Headers().Get(events.HeaderReplyTo); events.ValidReplyTo(inbox, parts[4]) {
+	if inbox := m.Headers().Get(events.HeaderReplyTo); events.ValidReplyTo(inbox, agent) {
 		return inbox
 	}
 	return ""

@@ -68,16 +68,11 @@ func NotFound(err error) bool {
 // ParseRequest decodes the request message at seq and checks that it is the
 // request of op opID.
 func ParseRequest(h nats.Header, body []byte, seq uint64, opID string) (*events.Request, error) {
-	ev, err := events.Decode(h, body)
+	req, err := events.DecodeRequest(h, body)
 	if err != nil {
 		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", seq, err)
 	}
-	data, err := events.DecodeData(ev)
-	if err != nil {
-		return nil, events.Errorf(events.CodeRequestUnavailable, "request message %d: %v", seq, err)
-	}
-	req, ok := data.(*events.Request)
-	if !ok || req.Validate() != nil || events.OpID(req.Fingerprint()) != opID {
+	if events.OpID(req.Fingerprint()) != opID {
 		return nil, events.Errorf(events.CodeRequestUnavailable, "message %d is not the request of %s", seq, opID)
 	}
 	return req, nil

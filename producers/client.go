@@ -129,7 +129,8 @@ func WithWaitThroughHolds() Option {
 // Client submits requests and queries ops over one NATS connection, which
 // the caller owns.
 type Client struct {
-	opener       *seal.Opener // the agent's key, for sealed results
+	pub          *jspub.Publisher // the client's own, closed by Close
+	opener       *seal.Opener     // the agent's key, for sealed results
 	throughHolds bool
 
 	nc    *nats.Conn
@@ -169,6 +170,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	c.js = js
+	if c.pub, err = jspub.New(nc); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -204,7 +208,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	var err error
+	err := c.pub.Close()
 	for agent, sub := range c.replies {
 		err = errors.Join(err, sub.Unsubscribe())
 		delete(c.replies, agent)
@@ -349,10 +353,7 @@ var errUnacknowledged = errors.New("request not acknowledged")
 // publishOnce publishes msg with Nats-Msg-Id fp and waits for JetStream's
 // acknowledgement, at most the client's publish timeout.
 func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (bool, error) {
-	pub, err := jspub.For(c.nc)
-	if err != nil {
-		return false, err
-	}
+	pub := c.pub
 	msg.Header[jetstream.MsgIDHeader] = []string{fp}
 	ack, err := pub.Publish(msg)
 	if err != nil {

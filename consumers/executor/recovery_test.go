@@ -56,7 +56,7 @@ func readyOp(t *testing.T, n *testenv.NATS, tool, args string) (op string, decid
 	op = events.OpID(req.Fingerprint())
 	ops, err := n.JetStream.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
-	decidedSeq, err = oplog.Append(ctx, n.JetStream, ops, oplog.Op{Workspace: "rec", ID: op, Tool: tool}, 0, events.TypeDecided, "test", &events.Decided{
+	decidedSeq, err = testenv.Writer(t, n.JetStream).Append(ctx, ops, oplog.Op{Workspace: "rec", ID: op, Tool: tool}, 0, events.TypeDecided, "test", &events.Decided{
 		OpHeader:   events.OpHeader{OpID: op, Workspace: "rec"},
 		Request:    &events.Summary{Fingerprint: req.FingerprintHex(), Agent: "a", Tool: tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence},
 		PolicyHash: "sha256:test", Reason: "test",
@@ -103,14 +103,14 @@ func lostClaim(t *testing.T, n *testenv.NATS, instance string, started bool) (op
 	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
 	o := oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}
-	lastSeq, err = oplog.Append(context.Background(), n.JetStream, ops, o, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
+	lastSeq, err = testenv.Writer(t, n.JetStream).Append(context.Background(), ops, o, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
 		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Executor: "scripted",
 		WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
 		Runner: "gone-runner", Instance: instance, Host: "host-" + instance,
 	})
 	require.NoError(t, err)
 	if started {
-		lastSeq, err = oplog.Append(context.Background(), n.JetStream, ops, o, lastSeq, events.TypeStarted, "test", &events.Started{
+		lastSeq, err = testenv.Writer(t, n.JetStream).Append(context.Background(), ops, o, lastSeq, events.TypeStarted, "test", &events.Started{
 			OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Evidence: json.RawMessage(`{"files":[]}`),
 		})
 		require.NoError(t, err)

@@ -25,6 +25,7 @@ const Source = "airlock/executor"
 // Runner runs the registered executors over their tools' decided events.
 type Runner struct {
 	cfg Config
+	w   *oplog.Writer // its own, closed when Run returns
 	// id names this runner in its claims: a claim made by another runner
 	// whose delivery came back to this one was lost, whatever the
 	// delivery counts say (they can go back after an unclean stop).
@@ -43,7 +44,11 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Runner{cfg: cfg, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}}}, nil
+	w, err := oplog.NewWriter(cfg.JetStream)
+	if err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	return &Runner{cfg: cfg, w: w, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}}}, nil
 }
 
 // Instance is the instance id the runner's claims carry.
@@ -100,6 +105,7 @@ func (r *Runner) provision(ctx context.Context) error {
 
 // Run takes the decided events of every registered tool until ctx ends.
 func (r *Runner) Run(ctx context.Context) error {
+	defer r.w.Close()
 	if err := r.Provision(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -159,7 +165,7 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	for _, j := range jobs {
 		if j.fetch == nil {
 			j.call.Attempt = nuid.Next()
-			j.claim = oplog.Start(r.cfg.JetStream, opOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, r.claimEvent(ex, j))
+			j.claim = r.w.Start(opOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, r.claimEvent(ex, j))
 		}
 	}
 	var claimed []*job
@@ -430,7 +436,7 @@ type delivery struct {
 }
 
 func (r *Runner) append(ctx context.Context, item work, expect uint64, t events.Type, data any) (uint64, error) {
-	return oplog.Append(ctx, r.cfg.JetStream, r.ops, opOf(item), expect, t, Source, data)
+	return r.w.Append(ctx, r.ops, opOf(item), expect, t, Source, data)
 }
 
 func hdr(item work) events.OpHeader {

@@ -112,6 +112,7 @@ func (c *Config) Validate() error {
 // runs.
 type Gate struct {
 	cfg    Config
+	w      *oplog.Writer // its own, closed when Run returns
 	ops    jetstream.Stream
 	reqs   jetstream.Stream
 	modes  *modes
@@ -125,7 +126,11 @@ func New(cfg Config) (*Gate, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	g := &Gate{cfg: cfg, modes: newModes(), ready: make(chan struct{})}
+	w, err := oplog.NewWriter(cfg.JetStream)
+	if err != nil {
+		return nil, fmt.Errorf("gate: %w", err)
+	}
+	g := &Gate{cfg: cfg, w: w, modes: newModes(), ready: make(chan struct{})}
 	g.policy.Store(cfg.Policy)
 	g.source.Store(&cfg.PolicySource)
 	return g, nil
@@ -140,6 +145,7 @@ func (g *Gate) Policy() *policy.Policy { return g.policy.Load() }
 
 // Run handles requests, resolutions, controls and resumes until ctx ends.
 func (g *Gate) Run(ctx context.Context) error {
+	defer g.w.Close()
 	js := g.cfg.JetStream
 	var last uint64
 	// On a cluster that is still settling, each step is tried again
@@ -366,7 +372,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 		g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
 	}
 	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}
-	a.append = oplog.Start(g.cfg.JetStream, op, 0, typ, Source, data, oplog.ReplyTo(replyTo(m)))
+	a.append = g.w.Start(op, 0, typ, Source, data, oplog.ReplyTo(replyTo(m)))
 	return a
 }
 

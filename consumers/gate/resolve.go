@@ -77,7 +77,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		if !g.cfg.Clock().Before(held.ExpiresAt) {
 			// Fail closed: the hold is over whether or not the sweeper has
 			// marked it yet; mark it now.
-			_, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, last.Seq, events.TypeExpired, Source,
+			_, err := g.w.Append(ctx, g.ops, op, last.Seq, events.TypeExpired, Source,
 				&events.Expired{OpHeader: held.OpHeader, HoldID: held.HoldID})
 			if oplog.IsConflict(err) {
 				continue
@@ -96,7 +96,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			return r, nil
 		}
 		typ, data, state := g.resolution(held, who, res)
-		seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, last.Seq, typ, Source, data)
+		seq, err := g.w.Append(ctx, g.ops, op, last.Seq, typ, Source, data)
 		if oplog.IsConflict(err) {
 			continue // the op moved on: the next round says where
 		}

@@ -83,7 +83,7 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	// The decided event carries the request's own reply subject, so the
 	// executor answers a submitter that waits on it (a retry after the
 	// grant, from the same client).
-	seq, err := oplog.Append(ctx, g.cfg.JetStream, g.ops, op, md.Sequence.Stream, typ, Source, next, oplog.ReplyTo(inbox))
+	seq, err := g.w.Append(ctx, g.ops, op, md.Sequence.Stream, typ, Source, next, oplog.ReplyTo(inbox))
 	if oplog.IsConflict(err) {
 		last, lerr := oplog.Last(ctx, g.ops, ws, opID)
 		if lerr != nil {

@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -40,7 +41,10 @@ type ExpirerConfig struct {
 // grant racing the expiry either lands first (and the expiry is dropped)
 // or is refused. Holds fail closed without anyone acting. Several
 // expirers (one per process) are safe together.
-type Expirer struct{ cfg ExpirerConfig }
+type Expirer struct {
+	cfg ExpirerConfig
+	w   *oplog.Writer // its own, closed when Run returns
+}
 
 // NewExpirer returns an expirer.
 func NewExpirer(cfg ExpirerConfig) (*Expirer, error) {
@@ -56,11 +60,16 @@ func NewExpirer(cfg ExpirerConfig) (*Expirer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Expirer{cfg: cfg}, nil
+	w, err := oplog.NewWriter(cfg.JetStream)
+	if err != nil {
+		return nil, fmt.Errorf("projector: expirer: %w", err)
+	}
+	return &Expirer{cfg: cfg, w: w}, nil
 }
 
 // Run scans until ctx ends.
 func (e *Expirer) Run(ctx context.Context) error {
+	defer e.w.Close()
 	st, err := streams.Open(ctx, e.cfg.JetStream, e.cfg.Logger, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
@@ -107,7 +116,7 @@ func (e *Expirer) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 			}
 			ex := &events.Expired{OpHeader: events.OpHeader{OpID: op.ID, Workspace: op.Workspace}, HoldID: op.HoldID}
 			o := oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}
-			seq, err := oplog.Append(ctx, e.cfg.JetStream, st, o, op.Version, events.TypeExpired, ExpirySource, ex)
+			seq, err := e.w.Append(ctx, st, o, op.Version, events.TypeExpired, ExpirySource, ex)
 			switch {
 			case oplog.IsConflict(err):
 				// Resolved, or expired by someone else, since the

@@ -271,7 +271,7 @@ func TestLingerGathersATrickleIntoOneBatch(t *testing.T) {
 			var last uint64
 			for i := range 20 {
 				op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
-				last, err = oplog.Append(ctx, n.JetStream, ops, op, 0, events.TypeDecided, "test",
+				last, err = testenv.Writer(t, n.JetStream).Append(ctx, ops, op, 0, events.TypeDecided, "test",
 					&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{Tool: "echo"}})
 				require.NoError(t, err)
 				if i == 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,7 @@ type EraserConfig struct {
 // erasing is idempotent and only one event lands.
 type Eraser struct {
 	cfg     EraserConfig
+	w       *oplog.Writer // its own, closed when Run returns
 	evicted atomic.Uint64
 	expired atomic.Uint64
 }
@@ -71,7 +73,11 @@ func NewEraser(cfg EraserConfig) (*Eraser, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Eraser{cfg: cfg}, nil
+	w, err := oplog.NewWriter(cfg.JetStream)
+	if err != nil {
+		return nil, fmt.Errorf("projector: eraser: %w", err)
+	}
+	return &Eraser{cfg: cfg, w: w}, nil
 }
 
 // Evicted counts the results this eraser erased because their workspace
@@ -84,6 +90,7 @@ func (e *Eraser) Expired() uint64 { return e.expired.Load() }
 
 // Run sweeps until ctx ends.
 func (e *Eraser) Run(ctx context.Context) error {
+	defer e.w.Close()
 	st, err := streams.Open(ctx, e.cfg.JetStream, e.cfg.Logger, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
@@ -113,7 +120,7 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 	n := 0
 	var first error
 	for _, k := range due {
-		ok, err := EraseResult(ctx, e.cfg.JetStream, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedExpired)
+		ok, err := EraseResult(ctx, e.w, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedExpired)
 		if err != nil {
 			first = cmp.Or(first, err)
 			continue
@@ -147,7 +154,7 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 			// Counted as freed whether this eraser or another lands the
 			// event: the projection takes the bytes off once it folds it.
 			over -= max(k.Bytes, 1)
-			ok, err := EraseResult(ctx, e.cfg.JetStream, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedEvicted)
+			ok, err := EraseResult(ctx, e.w, st, e.cfg.Store, e.cfg.Results, k.OpID, events.ErasedEvicted)
 			if err != nil {
 				first = cmp.Or(first, err)
 				continue
@@ -168,7 +175,7 @@ func (e *Eraser) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 // op as the projection holds it. It reports whether its event landed; an
 // op whose result is not kept (any more), or that changed meanwhile, is
 // left alone (false, nil).
-func EraseResult(ctx context.Context, js jetstream.JetStream, ops jetstream.Stream, st *store.Store, rs *results.Store, opID, reason string) (bool, error) {
+func EraseResult(ctx context.Context, w *oplog.Writer, ops jetstream.Stream, st *store.Store, rs *results.Store, opID, reason string) (bool, error) {
 	op, err := st.Op(opID)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
@@ -186,7 +193,7 @@ func EraseResult(ctx context.Context, js jetstream.JetStream, ops jetstream.Stre
 		OpHeader: events.OpHeader{OpID: op.ID, Workspace: op.Workspace},
 		Reason:   reason, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,
 	}
-	_, err = oplog.Append(ctx, js, ops, oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}, op.Version, events.TypeResultErased, EraserSource, ev)
+	_, err = w.Append(ctx, ops, oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}, op.Version, events.TypeResultErased, EraserSource, ev)
 	if oplog.IsConflict(err) {
 		return false, nil
 	}
@@ -196,6 +203,7 @@ func EraseResult(ctx context.Context, js jetstream.JetStream, ops jetstream.Stre
 // resultEndpoint answers events.ResultQuery on events.ResultQuerySubjects.
 type resultEndpoint struct {
 	nc  *nats.Conn
+	w   *oplog.Writer
 	st  *store.Store
 	rs  *results.Store
 	js  jetstream.JetStream
@@ -320,7 +328,7 @@ func (q *resultEndpoint) eraseDelivered(ctx context.Context, op *events.Op) erro
 		q.ops.Store(&s)
 		st = &s
 	}
-	_, err := EraseResult(ctx, q.js, *st, q.st, q.rs, op.ID, events.ErasedDelivered)
+	_, err := EraseResult(ctx, q.w, *st, q.st, q.rs, op.ID, events.ErasedDelivered)
 	return err
 }
 
@@ -349,6 +357,12 @@ func notYet(s events.State) string {
 // the agent that requested an op gets its result, published on nc to
 // one of that agent's reply subjects.
 func ServeResults(svc micro.Service, nc *nats.Conn, st *store.Store, rs *results.Store, js jetstream.JetStream) error {
-	q := &resultEndpoint{nc: nc, st: st, rs: rs, js: js}
+	w, err := oplog.NewWriter(js)
+	if err != nil {
+		return err
+	}
+	// The writer lives as long as the connection: the service has no
+	// stop of its own to close it at.
+	q := &resultEndpoint{nc: nc, w: w, st: st, rs: rs, js: js}
 	return svc.AddEndpoint("result", micro.HandlerFunc(q.handle), micro.WithEndpointSubject(events.ResultQuerySubjects))
 }

@@ -642,6 +642,9 @@ func (a *App) close() {
 	if a.svc != nil {
 		_ = a.svc.Stop()
 		a.svc = nil
+		if a.Results != nil {
+			_ = a.Results.Close()
+		}
 	}
 	switch {
 	case a.httpDone != nil:

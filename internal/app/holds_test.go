@@ -527,7 +527,7 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	last, err := oplog.Last(ctx, st, "review", held.OpID)
 	require.NoError(t, err)
-	_, err = oplog.Append(ctx, n.JetStream, st, oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}, last.Seq, events.TypeGranted, "airlock/gate",
+	_, err = testenv.Writer(t, n.JetStream).Append(ctx, st, oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}, last.Seq, events.TypeGranted, "airlock/gate",
 		&events.Granted{OpHeader: events.OpHeader{OpID: held.OpID, Workspace: "review"}, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Approver: "approver", Reason: "ok"})
 	require.NoError(t, err)
 

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,7 @@ func (e *env) appendDecided(t *testing.T, ws, id string) oplog.Op {
 	st, err := e.js.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	op := oplog.Op{Workspace: ws, ID: id, Tool: "echo"}
-	_, err = oplog.Append(ctx, e.js, st, op, 0, events.TypeDecided, "test",
+	_, err = testenv.Writer(t, e.js).Append(ctx, st, op, 0, events.TypeDecided, "test",
 		&events.Decided{OpHeader: events.OpHeader{OpID: id, Workspace: ws}, Request: &events.Summary{Tool: "echo"}, PolicyHash: "p"})
 	require.NoError(t, err)
 	return op
@@ -220,7 +221,7 @@ func TestAgentRunsProducersClient(t *testing.T) {
 	// by reading the op's newest event.
 	st, err := e.js.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
-	_, err = oplog.Append(ctx, e.js, st, oplog.Op{Workspace: "ws", ID: id, Tool: "echo"}, 0, events.TypeDenied, "test",
+	_, err = testenv.Writer(t, e.js).Append(ctx, st, oplog.Op{Workspace: "ws", ID: id, Tool: "echo"}, 0, events.TypeDenied, "test",
 		&events.Denied{OpHeader: events.OpHeader{OpID: id, Workspace: "ws"}, Request: &events.Summary{Tool: "echo"},
 			Code: events.CodeCapabilityDenied, Reason: "no"})
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"sync"
 
@@ -13,12 +14,17 @@ import (
 
 // Publisher publishes on one connection. Acknowledgements arrive on
 // <inbox>.<n> and are handled one at a time on the subscription's
-// goroutine; the number in flight is bounded by the callers.
+// goroutine; the number in flight is bounded by the callers. It is a
+// value its owner makes (New) and closes, not a global: each part of a
+// process that writes (the gate, a runner, the client) owns its own.
 type Publisher struct {
 	nc     *nats.Conn
 	prefix string // <inbox>.
+	sub    *nats.Subscription
+	status chan nats.Status
 
 	mu      sync.Mutex
+	closed  bool
 	next    uint64
 	waiting map[uint64]*Ack
 }
@@ -34,41 +40,42 @@ type Ack struct {
 	err error
 }
 
-var publishers sync.Map // *nats.Conn -> *Publisher
+// errClosed is Publish's error after Close.
+var errClosed = errors.New("jspub: publisher closed")
 
-// For returns the connection's publisher, subscribing its inbox the first
-// time. Publishers of closed connections are dropped then.
-func For(nc *nats.Conn) (*Publisher, error) {
-	if p, ok := publishers.Load(nc); ok {
-		return p.(*Publisher), nil
-	}
-	publishers.Range(func(k, _ any) bool {
-		if k.(*nats.Conn).IsClosed() {
-			publishers.Delete(k)
-		}
-		return true
-	})
+// New returns a publisher on nc, subscribed to its own inbox. Close it
+// when done; closing the connection ends it too.
+func New(nc *nats.Conn) (*Publisher, error) {
 	p := &Publisher{nc: nc, prefix: nc.NewInbox() + ".", waiting: make(map[uint64]*Ack)}
 	sub, err := nc.Subscribe(p.prefix+"*", p.onAck)
 	if err != nil {
 		return nil, err
 	}
-	if prev, loaded := publishers.LoadOrStore(nc, p); loaded {
-		_ = sub.Unsubscribe() // another goroutine's won
-		return prev.(*Publisher), nil
-	}
-	status := nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
-	go p.watch(status)
+	p.sub = sub
+	p.status = nc.StatusChanged(nats.RECONNECTING, nats.CLOSED)
+	go p.watch(p.status)
 	if nc.IsClosed() { // closed before the listener was in place
 		p.failAll(nats.ErrConnectionClosed)
 	}
 	return p, nil
 }
 
+// Close unsubscribes the publisher's inbox and fails what still waits for
+// an acknowledgement (nats.ErrConnectionClosed). Publishing after it
+// fails.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	err := p.sub.Unsubscribe()
+	p.nc.RemoveStatusListener(p.status)
+	p.failAll(nats.ErrConnectionClosed)
+	return err
+}
+
 // watch fails the waiting acknowledgements when the connection drops, and
 // ends when it closes.
 func (p *Publisher) watch(status chan nats.Status) {
-	defer p.nc.RemoveStatusListener(status)
 	for st := range status {
 		if st == nats.CLOSED {
 			p.failAll(nats.ErrConnectionClosed)
@@ -96,6 +103,10 @@ func (p *Publisher) failAll(err error) {
 func (p *Publisher) Publish(m *nats.Msg) (*Ack, error) {
 	a := &Ack{p: p, done: make(chan struct{})}
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errClosed
+	}
 	p.next++
 	a.id = p.next
 	p.waiting[a.id] = a

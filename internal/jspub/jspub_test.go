@@ -102,7 +102,7 @@ func TestAcksFailWhenTheConnectionDrops(t *testing.T) {
 	nc, err := nats.Connect(s.ClientURL(), nats.ReconnectWait(10*time.Millisecond))
 	require.NoError(t, err)
 	defer nc.Close()
-	p, err := For(nc)
+	p, err := New(nc)
 	require.NoError(t, err)
 	ack, err := p.Publish(nats.NewMsg("test.silent"))
 	require.NoError(t, err)

@@ -70,10 +70,34 @@ type Pending struct {
 	err     error
 }
 
+// Writer appends op events on one connection, with a publisher of its
+// own. Each part of a process that writes owns one (NewWriter) and closes
+// it when it stops.
+type Writer struct {
+	js  jetstream.JetStream
+	pub *jspub.Publisher
+}
+
+// NewWriter returns a writer on js's connection.
+func NewWriter(js jetstream.JetStream) (*Writer, error) {
+	pub, err := jspub.New(js.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("oplog: subscribe for acknowledgements: %w", err)
+	}
+	return &Writer{js: js, pub: pub}, nil
+}
+
+// Close stops the writer: appends still waiting fail.
+func (w *Writer) Close() error { return w.pub.Close() }
+
+// JetStream is the writer's JetStream context.
+func (w *Writer) JetStream() jetstream.JetStream { return w.js }
+
 // Start publishes one transition of type t of op, expecting the op's last
 // stream sequence to be expect (0 for a new op), and returns without
 // waiting for the server.
-func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source string, data any, opts ...Option) *Pending {
+func (w *Writer) Start(op Op, expect uint64, t events.Type, source string, data any, opts ...Option) *Pending {
+	js := w.js
 	p := &Pending{
 		js: js, subject: events.OpEventSubject(op.Workspace, op.ID, op.Tool, t),
 		filter: events.OpFilter(op.Workspace, op.ID), expect: expect, typ: t, data: data,
@@ -90,12 +114,7 @@ func Start(js jetstream.JetStream, op Op, expect uint64, t events.Type, source s
 	}
 	p.msg.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(expect, 10)}
 	p.msg.Header[jetstream.ExpectedLastSubjSeqSubjHeader] = []string{p.filter}
-	pub, err := jspub.For(js.Conn())
-	if err != nil {
-		p.err = fmt.Errorf("oplog: subscribe for acknowledgements: %w", err)
-		return p
-	}
-	p.ack, p.err = pub.Publish(p.msg)
+	p.ack, p.err = w.pub.Publish(p.msg)
 	return p
 }
 
@@ -181,8 +200,8 @@ func unknownOutcome(err error) bool {
 }
 
 // Append is Start and Wait.
-func Append(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, op Op, expect uint64, t events.Type, source string, data any, opts ...Option) (uint64, error) {
-	return Start(js, op, expect, t, source, data, opts...).Wait(ctx, stream)
+func (w *Writer) Append(ctx context.Context, stream jetstream.Stream, op Op, expect uint64, t events.Type, source string, data any, opts ...Option) (uint64, error) {
+	return w.Start(op, expect, t, source, data, opts...).Wait(ctx, stream)
 }
 
 // IsConflict reports whether err is JetStream's wrong-last-sequence error.

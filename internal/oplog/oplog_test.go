@@ -30,11 +30,11 @@ func TestAppendIsCompareAndSwapOverTheWholeOp(t *testing.T) {
 	assert.ErrorIs(t, err, oplog.ErrEmpty)
 
 	decided := &events.Decided{OpHeader: hdr, Request: &events.Summary{Tool: "echo"}, PolicyHash: "p"}
-	seq, err := oplog.Append(ctx, n.JetStream, st, op, 0, events.TypeDecided, "test", decided)
+	seq, err := testenv.Writer(t, n.JetStream).Append(ctx, st, op, 0, events.TypeDecided, "test", decided)
 	require.NoError(t, err)
 
 	// A second first event loses, whatever its verb.
-	_, err = oplog.Append(ctx, n.JetStream, st, op, 0, events.TypeDenied, "test", &events.Denied{OpHeader: hdr, Request: &events.Summary{}, Code: events.CodeCapabilityDenied})
+	_, err = testenv.Writer(t, n.JetStream).Append(ctx, st, op, 0, events.TypeDenied, "test", &events.Denied{OpHeader: hdr, Request: &events.Summary{}, Code: events.CodeCapabilityDenied})
 	assert.ErrorIs(t, err, oplog.ErrConflict)
 	assert.True(t, oplog.IsConflict(err))
 
@@ -46,7 +46,7 @@ func TestAppendIsCompareAndSwapOverTheWholeOp(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := oplog.Append(ctx, n.JetStream, st, op, seq, events.TypeClaimed, "test", &events.Claimed{OpHeader: hdr, Attempt: string(rune('a' + i))})
+			_, err := testenv.Writer(t, n.JetStream).Append(ctx, st, op, seq, events.TypeClaimed, "test", &events.Claimed{OpHeader: hdr, Attempt: string(rune('a' + i))})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -71,7 +71,7 @@ func TestAppendIsCompareAndSwapOverTheWholeOp(t *testing.T) {
 
 	// Another op is untouched by this one's sequence.
 	other := oplog.Op{Workspace: "w", ID: "op_ffffffffffffffffffffffffffffffff", Tool: "echo"}
-	_, err = oplog.Append(ctx, n.JetStream, st, other, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: other.ID, Workspace: "w"}, Request: &events.Summary{}})
+	_, err = testenv.Writer(t, n.JetStream).Append(ctx, st, other, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: other.ID, Workspace: "w"}, Request: &events.Summary{}})
 	require.NoError(t, err)
 }
 
@@ -91,7 +91,7 @@ func TestWaitResolvesUnknownOutcome(t *testing.T) {
 	require.NoError(t, err)
 	for i := range 20 {
 		op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
-		p := oplog.Start(n.JetStream, op, 0, events.TypeDecided, "test",
+		p := testenv.Writer(t, n.JetStream).Start(op, 0, events.TypeDecided, "test",
 			&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
 		done, cancel := context.WithCancel(ctx)
 		cancel()
@@ -122,10 +122,11 @@ func TestAppendsAreMatchedToTheirAcks(t *testing.T) {
 	require.NoError(t, err)
 
 	const ops = 300
+	w := testenv.Writer(t, js)
 	pending := make([]*oplog.Pending, ops)
 	for i := range ops {
 		op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", i), Tool: "echo"}
-		pending[i] = oplog.Start(js, op, 0, events.TypeDecided, "test",
+		pending[i] = w.Start(op, 0, events.TypeDecided, "test",
 			&events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
 	}
 	seen := map[uint64]bool{}
@@ -138,22 +139,22 @@ func TestAppendsAreMatchedToTheirAcks(t *testing.T) {
 		assert.False(t, seen[seq])
 		seen[seq] = true
 	}
-	assert.Zero(t, oplog.WaitingAcks(nc))
+	assert.Zero(t, oplog.WaitingAcks(w))
 
 	// A caller that gives up is forgotten; the append it resolves by
 	// reading back lands once.
 	op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", ops), Tool: "echo"}
-	p := oplog.Start(js, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
+	p := w.Start(op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}})
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = p.Wait(done, st)
 	require.NoError(t, err)
-	assert.Zero(t, oplog.WaitingAcks(nc))
+	assert.Zero(t, oplog.WaitingAcks(w))
 
 	// A closed connection fails the append at once, as not sent.
 	nc.Close()
 	op.ID = fmt.Sprintf("op_%032x", ops+1)
-	_, err = oplog.Start(js, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
+	_, err = w.Start(op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
 	assert.ErrorIs(t, err, nats.ErrConnectionClosed)
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
@@ -170,7 +171,7 @@ func TestAppendWithoutStreamFails(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, n.JetStream.DeleteStream(ctx, streams.Ops))
 	op := oplog.Op{Workspace: "w", ID: fmt.Sprintf("op_%032x", 1), Tool: "echo"}
-	_, err = oplog.Start(n.JetStream, op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
+	_, err = testenv.Writer(t, n.JetStream).Start(op, 0, events.TypeDecided, "test", &events.Decided{OpHeader: events.OpHeader{OpID: op.ID, Workspace: "w"}, Request: &events.Summary{}}).Wait(ctx, st)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, oplog.ErrConflict)
 	assert.ErrorIs(t, err, jetstream.ErrNoStreamResponse)

@@ -110,8 +110,35 @@ type Store struct {
 	sealer *seal.Sealer
 	log    *slog.Logger
 
-	mu sync.Mutex
-	st jetstream.Stream
+	mu  sync.Mutex
+	st  jetstream.Stream
+	pub *jspub.Publisher // made on first Keep, closed by Close
+}
+
+// publisher is the store's own publisher, made on first use.
+func (s *Store) publisher() (*jspub.Publisher, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pub == nil {
+		pub, err := jspub.New(s.js.Conn())
+		if err != nil {
+			return nil, err
+		}
+		s.pub = pub
+	}
+	return s.pub, nil
+}
+
+// Close releases the store's publisher; a Keep after it makes another.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pub == nil {
+		return nil
+	}
+	err := s.pub.Close()
+	s.pub = nil
+	return err
 }
 
 // New returns a store. own, when not nil, is the key of DeploymentKeys:
@@ -164,10 +191,9 @@ func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, erro
 		return nil, err
 	}
 	until := s.now().Add(ttl).UTC()
-	// The process's shared asynchronous publisher: no reply subscription
-	// and round trip of its own per result, as a synchronous publish
-	// would take.
-	pub, err := jspub.For(s.js.Conn())
+	// An asynchronous publisher of the store's own: no reply subscription
+	// and round trip per result, as a synchronous publish would take.
+	pub, err := s.publisher()
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/natsrv"
+	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats-server/v2/server"
@@ -150,4 +151,13 @@ func DeploymentDirs(t testing.TB) func() string {
 		}
 		return dir
 	}
+}
+
+// Writer returns an op event writer on js, closed when the test ends.
+func Writer(t testing.TB, js jetstream.JetStream) *oplog.Writer {
+	t.Helper()
+	w, err := oplog.NewWriter(js)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	return w
 }

@@ -85,11 +85,8 @@ type ArgsHandoff interface {
 	Take(op string, seq uint64) (args json.RawMessage, ok bool)
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.JetStream == nil || c.Registry == nil {
-		return errors.New("executor: JetStream and Registry are required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.Workers <= 0 {
 		c.Workers = 64
 	}
@@ -98,9 +95,6 @@ func (c *Config) Validate() error {
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 30 * time.Second
-	}
-	if c.ClaimTimeout < 300*time.Millisecond {
-		return fmt.Errorf("executor: ClaimTimeout %s below 300ms", c.ClaimTimeout)
 	}
 	if c.RecordFor <= 0 {
 		c.RecordFor = 2 * c.ClaimTimeout
@@ -111,22 +105,8 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		c.Group = streams.DefaultExecutorGroup
 	}
-	if !streams.ValidGroup(c.Group) {
-		return fmt.Errorf("executor: group %q: %s", c.Group, streams.GroupRule)
-	}
-	for _, ws := range c.Workspaces {
-		if !events.ValidName(ws) {
-			return fmt.Errorf("executor: workspace %q is not a valid name", ws)
-		}
-	}
-	if c.Workspaces != nil && len(c.Workspaces) == 0 {
-		return errors.New("executor: Workspaces is empty: nil serves every workspace")
-	}
 	if c.Instance == "" {
 		c.Instance = NewInstance()
-	}
-	if !events.ValidInstance(c.Instance) {
-		return fmt.Errorf("executor: instance %q is not 16 lower-case hex digits", c.Instance)
 	}
 	if c.Host == "" {
 		c.Host, _ = os.Hostname()
@@ -143,6 +123,31 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.JetStream == nil || c.Registry == nil {
+		return errors.New("executor: JetStream and Registry are required")
+	}
+	if c.ClaimTimeout < 300*time.Millisecond {
+		return fmt.Errorf("executor: ClaimTimeout %s below 300ms", c.ClaimTimeout)
+	}
+	if !streams.ValidGroup(c.Group) {
+		return fmt.Errorf("executor: group %q: %s", c.Group, streams.GroupRule)
+	}
+	for _, ws := range c.Workspaces {
+		if !events.ValidName(ws) {
+			return fmt.Errorf("executor: workspace %q is not a valid name", ws)
+		}
+	}
+	if c.Workspaces != nil && len(c.Workspaces) == 0 {
+		return errors.New("executor: Workspaces is empty: nil serves every workspace")
+	}
+	if !events.ValidInstance(c.Instance) {
+		return fmt.Errorf("executor: instance %q is not 16 lower-case hex digits", c.Instance)
 	}
 	return nil
 }

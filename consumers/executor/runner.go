@@ -41,6 +41,7 @@ type Runner struct {
 
 // NewRunner returns a runner.
 func NewRunner(cfg Config) (*Runner, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

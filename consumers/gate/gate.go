@@ -78,11 +78,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.Conn == nil || c.JetStream == nil || c.Policy == nil {
-		return errors.New("gate: Conn, JetStream and Policy are required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.Loops <= 0 {
 		c.Loops = 4
 	}
@@ -104,6 +101,14 @@ func (c *Config) Validate() error {
 	if c.PolicySource == "" {
 		c.PolicySource = "built-in"
 	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.Conn == nil || c.JetStream == nil || c.Policy == nil {
+		return errors.New("gate: Conn, JetStream and Policy are required")
+	}
 	return nil
 }
 
@@ -123,6 +128,7 @@ type Gate struct {
 
 // New returns a gate.
 func New(cfg Config) (*Gate, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

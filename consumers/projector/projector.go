@@ -69,11 +69,8 @@ const DefaultLinger = 20 * time.Millisecond
 // MinCheckpointInterval bounds how often a checkpoint may be signed.
 const MinCheckpointInterval = 10 * time.Millisecond
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.JetStream == nil || c.Store == nil {
-		return errors.New("projector: JetStream and Store are required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.Stream == "" {
 		c.Stream = streams.Ops
 	}
@@ -89,11 +86,19 @@ func (c *Config) Validate() error {
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = time.Second
 	}
-	if c.CheckpointInterval < MinCheckpointInterval {
-		return fmt.Errorf("projector: checkpoint interval %s is below %s", c.CheckpointInterval, MinCheckpointInterval)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.JetStream == nil || c.Store == nil {
+		return errors.New("projector: JetStream and Store are required")
+	}
+	if c.CheckpointInterval < MinCheckpointInterval {
+		return fmt.Errorf("projector: checkpoint interval %s is below %s", c.CheckpointInterval, MinCheckpointInterval)
 	}
 	return nil
 }
@@ -126,6 +131,7 @@ type Projector struct {
 
 // New returns a projector positioned at the store's applied sequence.
 func New(cfg Config) (*Projector, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

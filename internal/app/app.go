@@ -141,19 +141,24 @@ type Config struct {
 // DefaultStartTimeout is Config.StartTimeout's default.
 const DefaultStartTimeout = 2 * time.Minute
 
-// Validate checks the config and fills defaults.
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
 func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("app: DataDir is required")
 	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = DefaultStartTimeout
-	}
 	if c.StartTimeout < 0 {
 		return fmt.Errorf("app: StartTimeout %s is negative", c.StartTimeout)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.ResultTTL > 0 {
 		if err := events.ValidTTL(c.ResultTTL); err != nil {
@@ -241,6 +246,7 @@ const shutdownWait = 30 * time.Second
 
 // Start brings Airlock up and returns once every part runs.
 func Start(ctx context.Context, cfg Config) (*App, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -253,3 +253,47 @@ func TestEveryPackageHasADocGo(t *testing.T) {
 		assert.NotNil(t, f.Doc, "%s/doc.go has no package comment", pkg)
 	}
 }
+
+// Defaults are applied in one place and checked in another: no Validate
+// method of a Config assigns to its receiver.
+func TestValidateChangesNothing(t *testing.T) {
+	for pkg := range imports(t) {
+		dir := filepath.Join(root(t), filepath.FromSlash(pkg))
+		fset := token.NewFileSet()
+		pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+		require.NoError(t, err, pkg)
+		for _, p := range pkgs {
+			for _, f := range p.Files {
+				for _, d := range f.Decls {
+					fn, ok := d.(*ast.FuncDecl)
+					if !ok || fn.Name.Name != "Validate" || fn.Recv == nil || len(fn.Recv.List[0].Names) == 0 || !isConfig(fn.Recv.List[0].Type) {
+						continue
+					}
+					recv := fn.Recv.List[0].Names[0].Name
+					ast.Inspect(fn.Body, func(n ast.Node) bool {
+						as, ok := n.(*ast.AssignStmt)
+						if !ok {
+							return true
+						}
+						for _, lhs := range as.Lhs {
+							if sel, ok := lhs.(*ast.SelectorExpr); ok {
+								if id, ok := sel.X.(*ast.Ident); ok && id.Name == recv {
+									t.Errorf("%s: Validate sets %s.%s: defaults belong in EnsureDefaults", fset.Position(as.Pos()), recv, sel.Sel.Name)
+								}
+							}
+						}
+						return true
+					})
+				}
+			}
+		}
+	}
+}
+
+func isConfig(t ast.Expr) bool {
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	id, ok := t.(*ast.Ident)
+	return ok && strings.HasSuffix(id.Name, "Config")
+}

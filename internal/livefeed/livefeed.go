@@ -69,22 +69,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.JetStream == nil {
-		return errors.New("livefeed: JetStream is required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.Mode == "" {
 		c.Mode = On
 		if c.Server != nil {
 			c.Mode = Auto
 		}
-	}
-	if _, err := ParseMode(string(c.Mode)); err != nil {
-		return fmt.Errorf("livefeed: %w", err)
-	}
-	if c.Mode == Auto && (c.Server == nil || c.Account == "") {
-		return errors.New("livefeed: mode auto needs the embedded server and its account: with an external NATS the feed is always on")
 	}
 	if c.Poll <= 0 {
 		c.Poll = DefaultPoll
@@ -97,6 +88,20 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.JetStream == nil {
+		return errors.New("livefeed: JetStream is required")
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return fmt.Errorf("livefeed: %w", err)
+	}
+	if c.Mode == Auto && (c.Server == nil || c.Account == "") {
+		return errors.New("livefeed: mode auto needs the embedded server and its account: with an external NATS the feed is always on")
 	}
 	return nil
 }
@@ -129,6 +134,7 @@ type Feed struct {
 // New returns a Feed. Call Wanted before provisioning the streams and Run
 // after.
 func New(cfg Config) (*Feed, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

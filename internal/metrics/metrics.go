@@ -55,11 +55,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.Store == nil || c.Projector == nil || c.JetStream == nil || c.Transitions == nil || c.AuditStatus == nil {
-		return errors.New("metrics: Store, Projector, JetStream, Transitions and AuditStatus are required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.MaxLag == 0 {
 		c.MaxLag = DefaultMaxLag
 	}
@@ -71,6 +68,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.Store == nil || c.Projector == nil || c.JetStream == nil || c.Transitions == nil || c.AuditStatus == nil {
+		return errors.New("metrics: Store, Projector, JetStream, Transitions and AuditStatus are required")
 	}
 	return nil
 }
@@ -145,6 +150,7 @@ type LiveFeed interface {
 
 // New returns the registry with every Airlock metric registered.
 func New(cfg Config) (*Metrics, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -121,6 +121,7 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 	cfg := command.Config{LedgerDir: filepath.Join(dir, "new", "ledger")}
+	cfg.EnsureDefaults()
 	require.NoError(t, cfg.Validate())
 	assert.Equal(t, []string{"PATH"}, cfg.EnvAllow)
 	assert.Equal(t, command.DefaultTimeout, cfg.DefaultTimeout)

@@ -70,18 +70,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.LedgerDir == "" {
-		return errors.New("command: LedgerDir is required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.EnvAllow == nil {
 		c.EnvAllow = []string{"PATH"}
-	}
-	for _, name := range c.EnvAllow {
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return fmt.Errorf("command: EnvAllow entry %q is not a variable name", name)
-		}
 	}
 	if c.DefaultTimeout == 0 {
 		c.DefaultTimeout = DefaultTimeout
@@ -89,20 +81,36 @@ func (c *Config) Validate() error {
 	if c.MaxTimeout == 0 {
 		c.MaxTimeout = DefaultMaxTimeout
 	}
+	if c.MaxOutput == 0 {
+		c.MaxOutput = DefaultMaxOutput
+	}
+	if c.MaxResult == 0 {
+		c.MaxResult = events.MaxResultBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.LedgerDir == "" {
+		return errors.New("command: LedgerDir is required")
+	}
+	for _, name := range c.EnvAllow {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return fmt.Errorf("command: EnvAllow entry %q is not a variable name", name)
+		}
+	}
 	if c.DefaultTimeout < time.Millisecond || c.MaxTimeout < time.Millisecond {
 		return fmt.Errorf("command: timeouts must be at least 1ms (DefaultTimeout %s, MaxTimeout %s)", c.DefaultTimeout, c.MaxTimeout)
 	}
 	if c.DefaultTimeout > c.MaxTimeout {
 		return fmt.Errorf("command: DefaultTimeout %s above MaxTimeout %s", c.DefaultTimeout, c.MaxTimeout)
 	}
-	if c.MaxOutput == 0 {
-		c.MaxOutput = DefaultMaxOutput
-	}
 	if c.MaxOutput < 0 {
 		return fmt.Errorf("command: MaxOutput %d is negative", c.MaxOutput)
-	}
-	if c.MaxResult == 0 {
-		c.MaxResult = events.MaxResultBytes
 	}
 	if c.MaxResult < 1024 || c.MaxResult > events.MaxResultBytes {
 		return fmt.Errorf("command: MaxResult %d outside [1024, %d]", c.MaxResult, events.MaxResultBytes)
@@ -118,9 +126,6 @@ func (c *Config) Validate() error {
 		if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 			return fmt.Errorf("command: Bubblewrap %s is not an executable file", c.Bubblewrap)
 		}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ type Exec struct {
 
 // New returns an Exec; it validates cfg and creates LedgerDir.
 func New(cfg Config) (*Exec, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ func TestConfigValidate(t *testing.T) {
 	_, err = patch.New(patch.Config{Root: func(string) string { return "" }})
 	require.Error(t, err)
 	cfg := patch.Config{Root: func(string) string { return "" }, LedgerDir: t.TempDir()}
+	cfg.EnsureDefaults()
 	require.NoError(t, cfg.Validate())
 	assert.Equal(t, patch.DefaultMaxFiles, cfg.MaxFiles)
 	assert.Equal(t, int64(patch.DefaultMaxFileBytes), cfg.MaxFileBytes)

@@ -50,11 +50,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
-func (c *Config) Validate() error {
-	if c.Root == nil || c.LedgerDir == "" {
-		return errors.New("apply_patch: Root and LedgerDir are required")
-	}
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
 	if c.MaxFiles <= 0 {
 		c.MaxFiles = DefaultMaxFiles
 	}
@@ -63,6 +60,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
+func (c *Config) Validate() error {
+	if c.Root == nil || c.LedgerDir == "" {
+		return errors.New("apply_patch: Root and LedgerDir are required")
 	}
 	return nil
 }
@@ -79,6 +84,7 @@ type Patch struct {
 
 // New returns a Patch and creates the ledger directory.
 func New(cfg Config) (*Patch, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -49,13 +49,30 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate checks the config and fills defaults.
+// EnsureDefaults fills in the defaults of what is unset.
+func (c *Config) EnsureDefaults() {
+	if c.Tool == "" {
+		c.Tool = DefaultTool
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.StatusTimeout == 0 {
+		c.StatusTimeout = DefaultStatusTimeout
+	}
+	if c.Class == "" {
+		c.Class = events.ClassNetwork
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate checks the config, as EnsureDefaults left it; it changes
+// nothing.
 func (c *Config) Validate() error {
 	if c.Conn == nil {
 		return errors.New("remote: Conn is required")
-	}
-	if c.Tool == "" {
-		c.Tool = DefaultTool
 	}
 	if !events.ValidName(c.Tool) {
 		return fmt.Errorf("remote: tool %q must match [a-z0-9][a-z0-9_-]{0,63}", c.Tool)
@@ -63,26 +80,14 @@ func (c *Config) Validate() error {
 	if err := validSubject(c.Subject); err != nil {
 		return fmt.Errorf("remote: subject %q: %w", c.Subject, err)
 	}
-	if c.Timeout == 0 {
-		c.Timeout = DefaultTimeout
-	}
 	if c.Timeout < 0 || c.Timeout > MaxTimeout {
 		return fmt.Errorf("remote: Timeout %s outside (0, %s]", c.Timeout, MaxTimeout)
-	}
-	if c.StatusTimeout == 0 {
-		c.StatusTimeout = DefaultStatusTimeout
 	}
 	if c.StatusTimeout < 0 || c.StatusTimeout > MaxStatusTimeout {
 		return fmt.Errorf("remote: StatusTimeout %s outside (0, %s]", c.StatusTimeout, MaxStatusTimeout)
 	}
-	if c.Class == "" {
-		c.Class = events.ClassNetwork
-	}
 	if events.ParseClass(string(c.Class)) != c.Class {
 		return fmt.Errorf("remote: unknown class %q", c.Class)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	return nil
 }
@@ -118,6 +123,7 @@ type Remote struct {
 
 // New returns a Remote for cfg.
 func New(cfg Config) (*Remote, error) {
+	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

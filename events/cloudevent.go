@@ -181,6 +181,12 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 			ev.SetSubject(v)
 		case "dataschema":
 			ev.SetDataSchema(v)
+		case "datacontenttype":
+			// As the CloudEvents SDK's NATS binding writes it; a
+			// Content-Type header, Airlock's own, wins.
+			if ct == "" {
+				ct = v
+			}
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {

@@ -182,11 +182,12 @@ func Decode(h nats.Header, body []byte) (event.Event, error) {
 		case "dataschema":
 			ev.SetDataSchema(v)
 		case "datacontenttype":
-			// As the CloudEvents SDK's NATS binding writes it; a
-			// Content-Type header, Airlock's own, wins.
-			if ct == "" {
-				ct = v
+			// As the CloudEvents SDK's NATS binding writes it, where
+			// Airlock writes Content-Type: either, or both the same.
+			if ct != "" && ct != v {
+				return event.Event{}, Errorf(CodeInvalidEvent, "binary CloudEvent: ce-datacontenttype %s and Content-Type %s disagree", sized(v), sized(ct))
 			}
+			ct = v
 		case "time":
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {

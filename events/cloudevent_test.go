@@ -281,7 +281,7 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "percent in extension", header: func() nats.Header { h := good(); h.Set("ce-trace", "%%"); return h }, msg: "bad percent-encoding"},
 		{name: "percent in time", header: func() nats.Header { h := good(); h.Set("ce-time", "2025%"); return h }, msg: "bad percent-encoding"},
 		{name: "bad extension name", header: func() nats.Header { h := good(); h.Set("ce-trace_id", "x"); return h }, msg: "binary CloudEvent"},
-		{name: "datacontenttype as extension", header: func() nats.Header { h := good(); h.Set("ce-datacontenttype", "application/json"); return h }, msg: "binary CloudEvent"},
+		{name: "datacontenttype disagrees with Content-Type", header: func() nats.Header { h := good(); h.Set("ce-datacontenttype", "text/plain"); return h }, msg: "disagree"},
 		{name: "bad content type", header: func() nats.Header { h := good(); h.Set("Content-Type", "json;;;"); return h }, msg: "binary CloudEvent"},
 
 		{name: "structured not JSON", header: func() nats.Header { return structured() }, body: `not json`, msg: "structured CloudEvent"},

@@ -75,18 +75,26 @@ func NewEventRaw(t Type, source, subject, id string, data []byte) (event.Event, 
 // source, subject and id are percent-encoded as Encode does.
 func NewMessage(natsSubject string, t Type, source, subject, id string, data []byte) *nats.Msg {
 	msg := nats.NewMsg(natsSubject)
-	h := msg.Header
+	binaryHeader(msg.Header, string(t), source, id, subject, time.Now(), ContentTypeJSON)
+	msg.Data = data
+	return msg
+}
+
+// binaryHeader writes the binary-mode headers of an event's required and
+// common attributes into h, percent-encoded: the one writer Encode and
+// NewMessage share. A zero at writes no ce-time.
+func binaryHeader(h nats.Header, typ, source, id, subject string, at time.Time, contentType string) {
 	h[HeaderPrefix+"specversion"] = []string{event.CloudEventsVersionV1}
-	h[HeaderPrefix+"type"] = []string{encodeHeader(string(t))}
+	h[HeaderPrefix+"type"] = []string{encodeHeader(typ)}
 	h[HeaderPrefix+"source"] = []string{encodeHeader(source)}
 	h[HeaderPrefix+"id"] = []string{encodeHeader(id)}
-	h[HeaderPrefix+"time"] = []string{time.Now().UTC().Format(time.RFC3339Nano)}
+	if !at.IsZero() {
+		h[HeaderPrefix+"time"] = []string{at.UTC().Format(time.RFC3339Nano)}
+	}
 	if subject != "" {
 		h[HeaderPrefix+"subject"] = []string{encodeHeader(subject)}
 	}
-	h[HeaderContentType] = []string{ContentTypeJSON}
-	msg.Data = data
-	return msg
+	h[HeaderContentType] = []string{contentType}
 }
 
 // Encode renders ev as a binary-mode NATS message on subject: every
@@ -94,27 +102,17 @@ func NewMessage(natsSubject string, t Type, source, subject, id string, data []b
 func Encode(subject string, ev event.Event) *nats.Msg {
 	msg := nats.NewMsg(subject)
 	h := msg.Header
-	h.Set(HeaderPrefix+"specversion", ev.SpecVersion())
-	h.Set(HeaderPrefix+"type", encodeHeader(ev.Type()))
-	h.Set(HeaderPrefix+"source", encodeHeader(ev.Source()))
-	h.Set(HeaderPrefix+"id", encodeHeader(ev.ID()))
-	if !ev.Time().IsZero() {
-		h.Set(HeaderPrefix+"time", ev.Time().UTC().Format(time.RFC3339Nano))
-	}
-	if s := ev.Subject(); s != "" {
-		h.Set(HeaderPrefix+"subject", encodeHeader(s))
-	}
-	if s := ev.DataSchema(); s != "" {
-		h.Set(HeaderPrefix+"dataschema", encodeHeader(s))
-	}
-	for name, v := range ev.Extensions() {
-		h.Set(HeaderPrefix+name, encodeHeader(fmt.Sprint(v)))
-	}
 	ct := ev.DataContentType()
 	if ct == "" {
 		ct = ContentTypeJSON
 	}
-	h.Set(HeaderContentType, ct)
+	binaryHeader(h, ev.Type(), ev.Source(), ev.ID(), ev.Subject(), ev.Time(), ct)
+	if s := ev.DataSchema(); s != "" {
+		h[HeaderPrefix+"dataschema"] = []string{encodeHeader(s)}
+	}
+	for name, v := range ev.Extensions() {
+		h[HeaderPrefix+name] = []string{encodeHeader(fmt.Sprint(v))}
+	}
 	msg.Data = ev.Data()
 	return msg
 }

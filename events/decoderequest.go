@@ -7,17 +7,29 @@ import (
 )
 
 // DecodeRequest is the one decoder of a tool request, wherever it is
-// read: published (the gate), stored (the runner, an approver's client)
-// or returned by a batched direct get without its headers (h nil: the
-// request itself in binary mode, a CloudEvents envelope in structured
-// mode). It checks the size limit (MaxRequestBytes), that the event is a
-// tool.requested one, and the request's own rules (Request.Validate),
-// and returns an *Error with the code of what is wrong.
+// read with its message's headers: published (the gate) or stored (the
+// runner, an approver's client). It checks the size limit
+// (MaxRequestBytes), that the message is a CloudEvent of type
+// tool.requested, and the request's own rules (Request.Validate), and
+// returns an *Error with the code of what is wrong. A message without
+// CloudEvents headers is no request.
 func DecodeRequest(h nats.Header, body []byte) (*Request, error) {
+	return decodeRequest(h, body, false)
+}
+
+// DecodeStoredRequestBody is DecodeRequest for the body of a request
+// Airlock stored, read without its headers (a batched direct get returns
+// none): the request itself in binary mode, a CloudEvents envelope in
+// structured mode. The same checks apply.
+func DecodeStoredRequestBody(body []byte) (*Request, error) {
+	return decodeRequest(nil, body, true)
+}
+
+func decodeRequest(h nats.Header, body []byte, bodyAlone bool) (*Request, error) {
 	if n := len(body); n > MaxRequestBytes {
 		return nil, Errorf(CodeRequestTooLarge, "request body is %d bytes, limit %d", n, MaxRequestBytes)
 	}
-	if h == nil {
+	if bodyAlone {
 		// Binary mode's body is the request; a structured envelope has no
 		// workspace at its top.
 		var req Request

@@ -25,8 +25,8 @@ func TestDecodeRequestEveryForm(t *testing.T) {
 
 	for name, got := range map[string]func() (*events.Request, error){
 		"binary":            func() (*events.Request, error) { return events.DecodeRequest(bin.Header, bin.Data) },
-		"body alone":        func() (*events.Request, error) { return events.DecodeRequest(nil, bin.Data) },
-		"structured, alone": func() (*events.Request, error) { return events.DecodeRequest(nil, structured) },
+		"body alone":        func() (*events.Request, error) { return events.DecodeStoredRequestBody(bin.Data) },
+		"structured, alone": func() (*events.Request, error) { return events.DecodeStoredRequestBody(structured) },
 	} {
 		r, err := got()
 		require.NoError(t, err, name)
@@ -35,8 +35,12 @@ func TestDecodeRequestEveryForm(t *testing.T) {
 
 	bad := events.Request{Workspace: "W", Agent: "a", Tool: "echo", Args: json.RawMessage(`{}`)}
 	badBody, _ := json.Marshal(bad)
-	_, err = events.DecodeRequest(nil, badBody)
+	_, err = events.DecodeStoredRequestBody(badBody)
 	assert.Equal(t, events.CodeInvalidName, events.CodeOf(err))
+	// Published without CloudEvents headers, a body is no request, even
+	// one that would be a stored request's body.
+	_, err = events.DecodeRequest(nil, bin.Data)
+	assert.ErrorContains(t, err, "not a CloudEvent: no ce-specversion header")
 	msg := events.NewMessage(events.RequestSubject("w", "a"), events.TypeRequested, "test", op, fp, badBody)
 	_, err = events.DecodeRequest(msg.Header, msg.Data)
 	assert.Equal(t, events.CodeInvalidName, events.CodeOf(err))
@@ -45,7 +49,7 @@ func TestDecodeRequestEveryForm(t *testing.T) {
 	_, err = events.DecodeRequest(other.Header, other.Data)
 	assert.Equal(t, events.CodeInvalidEvent, events.CodeOf(err))
 	big := make([]byte, events.MaxRequestBytes+1)
-	_, err = events.DecodeRequest(nil, big)
+	_, err = events.DecodeStoredRequestBody(big)
 	assert.Equal(t, events.CodeRequestTooLarge, events.CodeOf(err))
 }
 

@@ -133,7 +133,9 @@ func fetchSpan(seqs []uint64) int {
 
 // requestFromBody reads a stored request from its body alone (a batched
 // direct get returns no headers).
-func requestFromBody(body []byte) (*events.Request, error) { return events.DecodeStoredRequestBody(body) }
+func requestFromBody(body []byte) (*events.Request, error) {
+	return events.DecodeStoredRequestBody(body)
+}
 
 // fetch reads the op's args from its request message and checks that they
 // are the op's: the request's fingerprint must derive the op id.

@@ -88,6 +88,31 @@ func startCluster(t testing.TB, set *authority.Set) *natsCluster {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, set.WriteServerConfig(filepath.Join(dir, "accounts.conf")))
+	// The ports are picked before the nodes bind them, and another test's
+	// process may take one meanwhile: a cluster that loses a port that
+	// way is started again on new ones.
+	for try := 1; ; try++ {
+		c, busy := tryCluster(t, dir, try)
+		if c != nil {
+			t.Cleanup(func() {
+				for _, n := range c.nodes {
+					n.kill()
+				}
+			})
+			c.waitJetStream(t, set)
+			return c
+		}
+		if try == 3 {
+			t.Fatalf("three clusters in a row lost a port to another process: %s", busy)
+		}
+	}
+}
+
+// tryCluster writes the three nodes' configs under dir (for try) and
+// starts them; it returns nil and the log of a node that found its port
+// taken, after killing the others.
+func tryCluster(t testing.TB, dir string, try int) (*natsCluster, string) {
+	t.Helper()
 	clusterPorts := []int{freePortN(t), freePortN(t), freePortN(t)}
 	c := &natsCluster{t: t}
 	for i := 1; i <= 3; i++ {
@@ -97,12 +122,12 @@ func startCluster(t testing.TB, set *authority.Set) *natsCluster {
 		conf := string(src)
 		conf = rewrite(t, conf, "listen: 0.0.0.0:4222", fmt.Sprintf("listen: 127.0.0.1:%d", client))
 		conf = rewrite(t, conf, "http: 127.0.0.1:8222", fmt.Sprintf("http: 127.0.0.1:%d", mon))
-		conf = rewrite(t, conf, `store_dir: "/var/lib/nats"`, fmt.Sprintf("store_dir: %q", filepath.Join(dir, fmt.Sprintf("store-%d", i))))
+		conf = rewrite(t, conf, `store_dir: "/var/lib/nats"`, fmt.Sprintf("store_dir: %q", filepath.Join(dir, fmt.Sprintf("store-%d-%d", i, try))))
 		conf = rewrite(t, conf, "listen: 0.0.0.0:6222", fmt.Sprintf("listen: 127.0.0.1:%d", clusterPorts[i-1]))
 		for j := 1; j <= 3; j++ {
 			conf = rewrite(t, conf, fmt.Sprintf("@nats-%d:6222", j), fmt.Sprintf("@127.0.0.1:%d", clusterPorts[j-1]))
 		}
-		path := filepath.Join(dir, fmt.Sprintf("nats-%d.conf", i))
+		path := filepath.Join(dir, fmt.Sprintf("nats-%d-%d.conf", i, try))
 		require.NoError(t, os.WriteFile(path, []byte(conf), 0o600))
 		n := &natsNode{
 			name: fmt.Sprintf("nats-%d", i), conf: path,
@@ -111,19 +136,40 @@ func startCluster(t testing.TB, set *authority.Set) *natsCluster {
 		c.nodes = append(c.nodes, n)
 	}
 	for _, n := range c.nodes {
-		n.start(t)
-	}
-	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			n.kill()
+		if log, ok := n.startOrBusy(t); !ok {
+			for _, m := range c.nodes {
+				m.kill()
+			}
+			return nil, log
 		}
+	}
+	return c, ""
+}
+
+// startOrBusy is start, except that a node that exits because its port is
+// taken is reported (false, its log) rather than failing the test.
+func (n *natsNode) startOrBusy(t testing.TB) (string, bool) {
+	t.Helper()
+	var busy string
+	n.startWith(t, func(log string) bool {
+		if strings.Contains(log, "address already in use") {
+			busy = log
+			return true
+		}
+		return false
 	})
-	c.waitJetStream(t, set)
-	return c
+	return busy, busy == ""
 }
 
 // start runs the node and waits until it accepts connections.
 func (n *natsNode) start(t testing.TB) {
+	t.Helper()
+	n.startWith(t, nil)
+}
+
+// startWith is start; a node that exits first is a test failure unless
+// exited, given its log, says it is handled.
+func (n *natsNode) startWith(t testing.TB, exited func(log string) bool) {
 	t.Helper()
 	bin, err := natsServerBinary()
 	require.NoError(t, err)
@@ -150,6 +196,10 @@ func (n *natsNode) start(t testing.TB) {
 		}
 		select {
 		case <-done:
+			if exited != nil && exited(n.log.String()) {
+				n.cmd = nil
+				return
+			}
 			t.Fatalf("%s exited: %s", n.name, n.log.String())
 		default:
 		}

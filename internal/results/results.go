@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/jspub"
+	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/seal"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
@@ -204,7 +205,13 @@ func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, erro
 	}}
 	ack, err := pub.Publish(m)
 	if err == nil {
-		_, _, err = ack.Wait(ctx)
+		// An acknowledgement lost with a node that died holding the
+		// publish never comes, and the connection, to another node, does
+		// not drop: the wait is bounded, and the runner publishes again
+		// (the same Nats-Msg-Id, so once).
+		actx, cancel := context.WithTimeout(ctx, oplog.AckTimeout)
+		_, _, err = ack.Wait(actx)
+		cancel()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("results: store: %w", err)

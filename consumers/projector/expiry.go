@@ -69,17 +69,24 @@ func NewExpirer(cfg ExpirerConfig) (*Expirer, error) {
 
 // Run scans until ctx ends.
 func (e *Expirer) Run(ctx context.Context) error {
-	defer e.w.Close()
-	st, err := streams.Open(ctx, e.cfg.JetStream, e.cfg.Logger, streams.Ops)
+	return sweeps(ctx, e.w, e.cfg.Logger, e.cfg.Interval, "hold expiry scan", e.Sweep)
+}
+
+// sweeps opens the ops stream and runs sweep on it each interval until
+// ctx ends, logging what fails as what; it closes w when done.
+func sweeps(ctx context.Context, w *oplog.Writer, log *slog.Logger, interval time.Duration, what string,
+	sweep func(context.Context, jetstream.Stream) (int, error)) error {
+	defer w.Close()
+	st, err := streams.Open(ctx, w.JetStream(), log, streams.Ops)
 	if ctx.Err() != nil {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	every(ctx, e.cfg.Interval, func() {
-		if n, err := e.Sweep(ctx, st); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.Warn("hold expiry scan", "err", err, "expired", n)
+	every(ctx, interval, func() {
+		if n, err := sweep(ctx, st); err != nil && ctx.Err() == nil {
+			log.Warn(what, "err", err, "done", n)
 		}
 	})
 	return nil

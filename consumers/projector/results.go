@@ -90,20 +90,7 @@ func (e *Eraser) Expired() uint64 { return e.expired.Load() }
 
 // Run sweeps until ctx ends.
 func (e *Eraser) Run(ctx context.Context) error {
-	defer e.w.Close()
-	st, err := streams.Open(ctx, e.cfg.JetStream, e.cfg.Logger, streams.Ops)
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	every(ctx, e.cfg.Interval, func() {
-		if n, err := e.Sweep(ctx, st); err != nil && ctx.Err() == nil {
-			e.cfg.Logger.Warn("result erasure sweep", "err", err, "erased", n)
-		}
-	})
-	return nil
+	return sweeps(ctx, e.w, e.cfg.Logger, e.cfg.Interval, "result erasure sweep", e.Sweep)
 }
 
 // sweepBatch bounds the results one sweep erases for each reason.

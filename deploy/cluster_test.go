@@ -1,12 +1,14 @@
 package deploy_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -16,11 +18,9 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -204,7 +204,7 @@ func startNodes(t *testing.T, conf string) []string {
 
 // The cluster's three node files, with the accounts Airlock generates in
 // place of the example ones, form a JetStream cluster that runs Airlock
-// as `airlock serve --nats-url URL,URL,URL --replicas 3` does: its
+// as `airlock serve --nats-url URL,URL,URL --replicas 3`: its
 // streams and audit bucket get three replicas, and an agent on one node
 // submits a call that runs. The nodes listen on loopback with free ports
 // instead of their configured addresses.
@@ -247,12 +247,46 @@ func TestClusterRunsAirlock(t *testing.T) {
 		return err == nil
 	}, time.Minute, 100*time.Millisecond, "no JetStream meta leader")
 
-	a := testenv.StartApp(t, app.Config{
-		DataDir: data, NATSURL: strings.Join(urls, ","), Auth: true,
-		Streams: streams.Config{Replicas: 3},
+	// airlock serve, the binary, on the cluster.
+	bin := filepath.Join(t.TempDir(), "airlock")
+	build := exec.Command("go", "build", "-o", bin, "../cmd/airlock")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	serve := exec.CommandContext(ctx, bin, "serve", "--data", data, "--nats-url", strings.Join(urls, ","), "--replicas", "3", "--monitor", "")
+	stdout, err := serve.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	serve.Stderr = &stderr
+	require.NoError(t, serve.Start())
+	t.Cleanup(func() {
+		_ = serve.Process.Signal(os.Interrupt)
+		_ = serve.Wait()
+		if t.Failed() {
+			t.Logf("airlock serve's log:\n%s", stderr.String())
+		}
 	})
+	serving := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ok := false
+		for sc.Scan() {
+			if !ok && sc.Text() == "airlock serving" {
+				ok = true
+				serving <- true
+			}
+		}
+		if !ok {
+			serving <- false
+		}
+	}()
+	select {
+	case ok := <-serving:
+		require.True(t, ok, "airlock serve exited before it served: %s", stderr.String())
+	case <-ctx.Done():
+		t.Fatalf("airlock serve did not serve: %s", stderr.String())
+	}
 	for _, name := range []string{streams.Requests, streams.Ops, "KV_" + streams.AuditBucket} {
-		st, err := a.JetStream.Stream(ctx, name)
+		st, err := js.Stream(ctx, name)
 		require.NoError(t, err, name)
 		info, err := st.Info(ctx)
 		require.NoError(t, err, name)
@@ -272,8 +306,8 @@ func TestClusterRunsAirlock(t *testing.T) {
 	c, err := producers.New(anc)
 	require.NoError(t, err)
 	defer c.Close()
-	out, err := c.Submit(ctx, events.Request{Workspace: "cluster", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{"n":3}`)})
+	res, err := c.Submit(ctx, events.Request{Workspace: "cluster", Agent: "agent", Tool: "echo", Args: json.RawMessage(`{"n":3}`)})
 	require.NoError(t, err)
-	assert.Equal(t, events.StateCompleted, out.State)
-	assert.JSONEq(t, `{"n":3}`, string(out.Result))
+	assert.Equal(t, events.StateCompleted, res.State)
+	assert.JSONEq(t, `{"n":3}`, string(res.Result))
 }

@@ -12,10 +12,8 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/tools/remote"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
-	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -188,27 +186,4 @@ func TestOtherVersion(t *testing.T) {
 	assert.Equal(t, remote.State(""), st.State)
 	assert.Equal(t, "INVALID_REQUEST", st.Error.Code)
 	assert.NoFileExists(t, g.out)
-}
-
-// The example behind a whole Airlock: an agent's op appends once, and
-// submitting it again gets the same outcome.
-func TestThroughAirlock(t *testing.T) {
-	g := newRig(t)
-	g.start(t)
-	a := testenv.StartApp(t, app.Config{NATSURL: g.n.Server.ClientURL(), Executors: []executor.Executor{g.r}})
-	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	req := events.Request{Workspace: "w", Agent: "a", Tool: "append", Args: json.RawMessage(`{"line":"hello"}`)}
-	out, err := c.Submit(ctx, req)
-	require.NoError(t, err)
-	assert.Equal(t, events.StateCompleted, out.State)
-	assert.JSONEq(t, `{"lines":1}`, string(out.Result))
-	again, err := c.Submit(ctx, req)
-	require.NoError(t, err)
-	assert.Equal(t, out.OpID, again.OpID)
-	// The retry gets the result Airlock kept, not a second call.
-	assert.JSONEq(t, `{"lines":1}`, string(again.Result))
-	assert.Equal(t, events.Digest([]byte(`{"lines":1}`)), again.ResultDigest)
-	assert.Equal(t, "hello\n", g.lines(t))
 }

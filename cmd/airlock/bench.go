@@ -6,9 +6,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 
-	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/bench"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/internal/livefeed"
-	"github.com/airlock-dev/airlock/internal/progress"
 	"github.com/spf13/cobra"
 )
 

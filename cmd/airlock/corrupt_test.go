@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

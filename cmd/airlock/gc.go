@@ -4,7 +4,7 @@ import (
 	"os"
 	"runtime/debug"
 
-	"github.com/airlock-dev/airlock/internal/bench"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/bench"
 )
 
 // DefaultGOGC is the garbage collector's target for the processes that

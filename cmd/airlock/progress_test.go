@@ -15,8 +15,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/stretchr/testify/assert"

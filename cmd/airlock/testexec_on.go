@@ -6,8 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/consumers/executor"
-	"github.com/airlock-dev/airlock/internal/testexec"
 )
 
 // testExecutors registers the counting and blocking executors in test

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
@@ -382,7 +383,7 @@ func TestWatchAsksForTheLiveFeed(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "no Airlock answered")
 
-	a := testenv.StartApp(t, app.Config{})
+	a := apptest.StartApp(t, app.Config{})
 	nc, err := nats.Connect(a.ClientURL())
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

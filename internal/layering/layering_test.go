@@ -25,16 +25,9 @@ const module = "github.com/airlock-dev/airlock/"
 // conformance suite, and the remote tool protocol.
 var Public = []string{"events", "producers", "consumers/executor", "consumers/executor/conformance", "consumers/tools/remote"}
 
-// assembly are the internal packages that still sit above the services
-// (docs/architecture.md, "what is left"): each may import services and
-// the client, and no other internal package may. The list may only
-// shrink: a package here that no longer imports upward fails the test.
-var assembly = map[string]string{
-	"internal/app":      "assembles the process: every service and tool",
-	"internal/bench":    "the benchmark, a client of the assembled process",
-	"internal/testenv":  "test support: a whole Airlock and its client",
-	"internal/testexec": "test support: executors for the conformance suite's own tests",
-}
+// testSupport are the packages only tests import: product code (any
+// package's non-test files) imports none of them.
+var testSupport = []string{"internal/testenv", "cmd/airlock/internal/apptest", "cmd/airlock/internal/testexec"}
 
 // imports lists each package of the module with the module packages its
 // product code (not its tests) imports.
@@ -83,29 +76,35 @@ func layer(pkg string) string {
 
 // Every arrow points down: events imports nothing of the module; an
 // internal leaf library imports only events and other internal leaves;
-// services and the client import no binary; nothing imports a binary.
+// services and the client import no binary; nothing imports a binary but
+// the binary's own packages (cmd/airlock/internal/..., where the process
+// is assembled); no product code imports test support.
 func TestImportsPointDown(t *testing.T) {
 	rank := map[string]int{"events": 0, "internal": 1, "services": 2, "binaries": 3}
-	used := map[string]bool{}
 	for pkg, imps := range imports(t) {
 		for _, imp := range imps {
 			from, to := layer(pkg), layer(imp)
-			if _, ok := assembly[pkg]; ok && from == "internal" && to == "services" {
-				used[pkg] = true
-				continue
-			}
-			if _, ok := assembly[imp]; ok && from == "internal" && assembly[pkg] == "" {
-				t.Errorf("%s imports %s, which sits above the services", pkg, imp)
-			}
 			assert.LessOrEqual(t, rank[to], rank[from], "%s (%s) imports %s (%s): an arrow pointing up", pkg, from, imp, to)
 			if strings.HasPrefix(pkg, "consumers/") && imp == "producers" {
 				t.Errorf("%s imports the client: services talk through streams", pkg)
 			}
+			if slices.Contains(testSupport, imp) && !slices.Contains(testSupport, pkg) {
+				t.Errorf("%s imports %s, which is test support", pkg, imp)
+			}
+			if from == "binaries" && to == "binaries" && !strings.HasPrefix(imp, binaryOf(pkg)+"/internal/") {
+				t.Errorf("%s imports %s: a binary imports only its own packages", pkg, imp)
+			}
 		}
 	}
-	for pkg := range assembly {
-		assert.True(t, used[pkg], "%s no longer imports upward: remove it from the assembly list", pkg)
+}
+
+// binaryOf is the cmd/NAME a package of a binary belongs to, or pkg.
+func binaryOf(pkg string) string {
+	if rest, ok := strings.CutPrefix(pkg, "cmd/"); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		return "cmd/" + name
 	}
+	return pkg
 }
 
 // No exported declaration of a public package names a type of an internal

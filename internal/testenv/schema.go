@@ -18,7 +18,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/streams"
 )
 
@@ -130,44 +129,12 @@ func compileSchemas(dir string) (*eventSchemas, error) {
 	return s, nil
 }
 
-// checkAppEvents is CheckEventSchemas on a's streams, through a's own
-// connection while a still runs. When the test shut a down itself, the
-// streams are read through a new connection to an external server
-// (cfg.NATSURL, cfg.NATSOptions); an embedded server went with the app,
-// and that is said in the log.
-func checkAppEvents(t testing.TB, a *app.App, cfg app.Config) {
-	t.Helper()
-	if _, bench := t.(*testing.B); bench {
-		return // benchmarks fill the streams far beyond what a test does
-	}
-	if a.Conn != nil && a.Conn.IsConnected() {
-		CheckEventSchemas(t, a.JetStream)
-		return
-	}
-	if cfg.NATSURL == "" {
-		t.Logf("event schemas: not checked: the app and its embedded server are shut down")
-		return
-	}
-	nc, err := nats.Connect(cfg.NATSURL, cfg.NATSOptions...)
-	if err != nil {
-		t.Logf("event schemas: not checked: the app is shut down, and %s: %v", cfg.NATSURL, err)
-		return
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Errorf("event schemas: %v", err)
-		return
-	}
-	CheckEventSchemas(t, js)
-}
-
 // CheckEventSchemas reads every message stored in AIRLOCK_OPS and
 // AIRLOCK_REQUESTS through js and checks each event against the JSON
 // Schema of its ce-type (SchemasDir), and its attributes against the
 // CloudEvent envelope's: it fails t with the stream, sequence, subject
-// and validation error of each that does not fit. StartApp calls it before
-// the app shuts down. js needs the right to create consumers on both
+// and validation error of each that does not fit. apptest.StartApp calls
+// it before the app shuts down. js needs the right to create consumers on both
 // streams (the service principal's context has it).
 //
 // Input a test plants on purpose is passed over, and listed in the log:

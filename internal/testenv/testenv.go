@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,45 +44,6 @@ func StartNATS(t testing.TB, sc streams.Config) *NATS {
 		s.WaitForShutdown()
 	})
 	return &NATS{Server: s, Conn: nc, JetStream: js, Dir: dir}
-}
-
-// StartApp starts a whole Airlock listening on a random local port, with
-// its data in cfg.DataDir (a temporary directory when empty); it shuts down
-// at the end of the test, after CheckEventSchemas has checked what it
-// stored.
-func StartApp(t testing.TB, cfg app.Config) *app.App {
-	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	if cfg.Listen == "" && cfg.NATSURL == "" {
-		cfg.Listen = "127.0.0.1:-1"
-	}
-	a, err := app.Start(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		// Every event the test made the app store fits its schema.
-		checkAppEvents(t, a, cfg)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, a.Shutdown(ctx))
-	})
-	return a
-}
-
-// Client connects a new producers client to url; both close at the end of
-// the test.
-func Client(t testing.TB, url string, opts ...producers.Option) (*producers.Client, *nats.Conn) {
-	t.Helper()
-	nc, err := nats.Connect(url)
-	require.NoError(t, err)
-	c, err := producers.New(nc, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = c.Close()
-		nc.Close()
-	})
-	return c, nc
 }
 
 // OpEvents lists the types of every event of one op, in stream order.

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 )

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -22,8 +22,8 @@ import (
 // newest stay.
 func TestResultsOverTheBoundEvictOldestFirst(t *testing.T) {
 	// Each echo result is about 120 bytes; the bound keeps three.
-	a := testenv.StartApp(t, app.Config{ResultRetainBytes: 400, HoldExpiryInterval: 50 * time.Millisecond})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{ResultRetainBytes: 400, HoldExpiryInterval: 50 * time.Millisecond})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ops []string
@@ -74,8 +74,8 @@ func TestResultsOverTheBoundEvictOldestFirst(t *testing.T) {
 
 // A result that does not match its digest is an error, never returned.
 func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := c.Submit(ctx, events.Request{Workspace: "w", Agent: "a1", Tool: "echo", Args: json.RawMessage(`{"k":"v"}`)})
@@ -126,8 +126,8 @@ func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
 // reports success without it. Once it can be stored, the op completes
 // with it, having run once.
 func TestResultNotStoredKeepsTheOpOutOfCompleted(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	require.NoError(t, a.JetStream.DeleteStream(ctx, streams.Results))

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/policy"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,10 +20,10 @@ import (
 func TestToolBadInputDeniedBeforeAnythingRuns(t *testing.T) {
 	root, probe, data := t.TempDir(), filepath.Join(t.TempDir(), "probe"), t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("a\n"), 0o644))
-	a := testenv.StartApp(t, app.Config{DataDir: data, Policy: policy.Spec{
+	a := apptest.StartApp(t, app.Config{DataDir: data, Policy: policy.Spec{
 		Workspaces: map[string]policy.WorkspaceSpec{"tools": {Mode: "auto", Root: root}},
 	}})
-	c, _ := testenv.Client(t, a.ClientURL())
+	c, _ := apptest.Client(t, a.ClientURL())
 	cases := []struct {
 		name, tool, args string
 		code             events.Code

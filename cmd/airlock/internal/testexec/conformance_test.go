@@ -12,10 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/executor/conformance"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/testexec"
 )
 
 // Counter's effect is the record Dir/<op id>, created once (O_EXCL). A

@@ -1,4 +1,4 @@
-package remote_test
+package app_test
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/tools/remote"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
@@ -19,9 +21,18 @@ import (
 
 // Through the whole pipeline: an agent's call reaches the tool server and
 // its answer is the op's outcome, completed, failed or ambiguous.
-func TestThroughAirlock(t *testing.T) {
-	g := newRig(t)
-	g.on(t, subject, func(m *nats.Msg) {
+func TestRemoteToolThroughAirlock(t *testing.T) {
+	const subject = "tools.t"
+	n := testenv.StartNATS(t, streams.Config{})
+	srv, err := nats.Connect(n.Server.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	on := func(subj string, h nats.MsgHandler) {
+		sub, err := srv.Subscribe(subj, h)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	on(subject, func(m *nats.Msg) {
 		var req remote.Request
 		if err := json.Unmarshal(m.Data, &req); err != nil {
 			return
@@ -35,10 +46,12 @@ func TestThroughAirlock(t *testing.T) {
 			_ = m.Respond(body)
 		}
 	})
-	g.on(t, status, answer(`{"v":1,"state":"running"}`))
-	r := g.remote(t)
-	a := testenv.StartApp(t, app.Config{NATSURL: g.n.Server.ClientURL(), Executors: []executor.Executor{r}})
-	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
+	on(subject+remote.StatusSuffix, func(m *nats.Msg) { _ = m.Respond([]byte(`{"v":1,"state":"running"}`)) })
+	require.NoError(t, srv.Flush())
+	r, err := remote.New(remote.Config{Conn: n.Conn, Tool: "t", Subject: subject, Timeout: 300 * time.Millisecond, StatusTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	a := apptest.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{r}})
+	c, _ := apptest.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

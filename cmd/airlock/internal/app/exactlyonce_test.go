@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
-	"github.com/airlock-dev/airlock/internal/testexec"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -26,7 +27,7 @@ func countingApp(t *testing.T, cfg app.Config) (*app.App, *testexec.Counter) {
 	t.Helper()
 	c := &testexec.Counter{Dir: t.TempDir()}
 	cfg.Executors = append(cfg.Executors, c)
-	return testenv.StartApp(t, cfg), c
+	return apptest.StartApp(t, cfg), c
 }
 
 // executions counts the records the counter left for op; a DOUBLE file
@@ -90,7 +91,7 @@ func TestDuplicatePublishRunsOnce(t *testing.T) {
 
 func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 	a, counter := countingApp(t, app.Config{Streams: streams.Config{Duplicates: 200 * time.Millisecond}})
-	c, _ := testenv.Client(t, a.ClientURL())
+	c, _ := apptest.Client(t, a.ClientURL())
 	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":2}`)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -135,7 +136,7 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 	var apps []*app.App
 	dirs := testenv.DeploymentDirs(t)
 	for _, group := range []string{"left", "right"} {
-		apps = append(apps, testenv.StartApp(t, app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
+		apps = append(apps, apptest.StartApp(t, app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
 	}
 	ctx := context.Background()
 	const ops = 60
@@ -178,7 +179,7 @@ func TestOneGroupManyProcessesNoRedelivery(t *testing.T) {
 	var apps []*app.App
 	dirs := testenv.DeploymentDirs(t)
 	for range 2 {
-		apps = append(apps, testenv.StartApp(t, app.Config{
+		apps = append(apps, apptest.StartApp(t, app.Config{
 			DataDir: dirs(), NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter},
 			ExecWorkers: 1, ClaimTimeout: 500 * time.Millisecond,
 		}))
@@ -229,8 +230,8 @@ func TestStoredCopiesOfOneRequestRunOnce(t *testing.T) {
 // The runner takes the args of ops this process's gate admitted from the
 // handoff, each op its own, and reads none back from the stream.
 func TestHandoffCarriesEachOpsArgs(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const ops = 40

@@ -1,4 +1,4 @@
-package gate_test
+package app_test
 
 import (
 	"bytes"
@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -36,8 +36,8 @@ func binaryRequest(t *testing.T, subject string, body []byte, mutate func(nats.H
 // checks the stable code in the reply and in a request.rejected event, and
 // that an op accepted before is untouched and the pipeline keeps running.
 func TestBadInputIsRejected(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, nc := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, nc := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -191,8 +191,8 @@ func TestBadInputIsRejected(t *testing.T) {
 }
 
 func TestDeniedByPolicy(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{Policy: policyLocked()})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{Policy: policyLocked()})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// An unknown tool is destructive and never runs.
@@ -222,7 +222,7 @@ func TestDeniedByPolicy(t *testing.T) {
 // answered them: the op reads its args from the message that created it,
 // which stays while the op is not terminal, here while it is held.
 func TestCopiesOfARequestAreErased(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{Policy: policy.Spec{
+	a := apptest.StartApp(t, app.Config{Policy: policy.Spec{
 		Tools:      map[string]string{"echo": "write"},
 		Workspaces: map[string]policy.WorkspaceSpec{"review": {Mode: "confirm"}},
 	}})
@@ -269,4 +269,14 @@ func TestCopiesOfARequestAreErased(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// policyLocked locks workspace vault, leaves open automatic, and makes
+// the writer tool a write.
+
+func policyLocked() policy.Spec {
+	return policy.Spec{
+		Tools:      map[string]string{"writer": "write"},
+		Workspaces: map[string]policy.WorkspaceSpec{"vault": {Mode: "locked"}, "open": {Mode: "auto"}},
+	}
 }

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -1,4 +1,4 @@
-package projector_test
+package app_test
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -27,8 +28,8 @@ import (
 // stream behind: completed, denied and rejected requests.
 func fill(t testing.TB, n *testenv.NATS, ops int) {
 	t.Helper()
-	a := testenv.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]policy.WorkspaceSpec{"locked": {Mode: "locked"}}}})
-	c, nc := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{NATSURL: n.Server.ClientURL(), Policy: policy.Spec{Workspaces: map[string]policy.WorkspaceSpec{"locked": {Mode: "locked"}}}})
+	c, nc := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := range ops {

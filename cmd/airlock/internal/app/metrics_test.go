@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -278,7 +278,7 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 // /readyz names each check, and says not ready while the projector is
 // behind by more than the bound.
 func TestHealthAndReadiness(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{MetricsListen: "127.0.0.1:0", ReadyMaxLag: 5})
+	a := apptest.StartApp(t, app.Config{MetricsListen: "127.0.0.1:0", ReadyMaxLag: 5})
 	base := "http://" + a.MetricsAddr()
 	resp, err := http.Get(base + "/healthz")
 	require.NoError(t, err)
@@ -315,8 +315,8 @@ func TestHealthAndReadiness(t *testing.T) {
 // their op.
 func TestAdvisoriesNameTheOp(t *testing.T) {
 	var logs syncBuffer
-	a := testenv.StartApp(t, app.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
+	a := apptest.StartApp(t, app.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	c, _ := apptest.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
 	out, err := c.Submit(ctxT(t), events.Request{Workspace: "w", Agent: "a", Tool: "echo", Args: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	require.Equal(t, events.StateCompleted, out.State)

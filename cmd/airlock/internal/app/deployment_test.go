@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -46,7 +47,7 @@ func TestWorkspaceAffinity(t *testing.T) {
 	require.NoError(t, err)
 	b, err := start("host-b", "beta")
 	require.NoError(t, err)
-	c, _ := testenv.Client(t, a.ClientURL())
+	c, _ := apptest.Client(t, a.ClientURL())
 	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
 
@@ -93,9 +94,9 @@ func TestOneAuditLogPerDeployment(t *testing.T) {
 		return app.Config{DataDir: dir, NATSURL: n.Server.ClientURL(), CheckpointInterval: 20 * time.Millisecond}
 	}
 	da, db := dirs(), dirs()
-	a := testenv.StartApp(t, cfg(da))
-	b := testenv.StartApp(t, cfg(db))
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, cfg(da))
+	b := apptest.StartApp(t, cfg(db))
+	c, _ := apptest.Client(t, a.ClientURL())
 	submit := func(from, to int) {
 		for i := from; i < to; i++ {
 			out, err := c.Submit(context.Background(), events.Request{Workspace: "log", Agent: "agent", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
@@ -122,7 +123,7 @@ func TestOneAuditLogPerDeployment(t *testing.T) {
 		return err == nil && shared > stopped
 	}, 10*time.Second, 20*time.Millisecond, "the deployment's checkpoint moved on")
 
-	b = testenv.StartApp(t, cfg(db))
+	b = apptest.StartApp(t, cfg(db))
 	require.True(t, b.AuditReport.OK(), "a start behind the deployment's newest checkpoint is not a rollback: %+v", b.AuditReport)
 	assert.Equal(t, stopped, b.AuditReport.Size)
 	assert.Equal(t, stopped, b.AuditReport.CheckpointSize)

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/streams"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,7 +21,7 @@ import (
 // subscribes and asks (as airlock watch does) gets the feed on at once and
 // sees every op event stored from then on; the metrics say so.
 func TestLiveFeedRunsWhileAnAuditorWatches(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{Auth: true, MetricsListen: "127.0.0.1:0"})
+	a := apptest.StartApp(t, app.Config{Auth: true, MetricsListen: "127.0.0.1:0"})
 	assert.Equal(t, livefeed.Auto, a.Live.Mode())
 	on, err := streams.Live(ctxT(t), a.JetStream)
 	require.NoError(t, err)
@@ -65,7 +65,7 @@ func TestLiveFeedRunsWhileAnAuditorWatches(t *testing.T) {
 // With the feed forced on, Airlock republishes with nobody watching, as
 // an external NATS has it.
 func TestLiveFeedOn(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{LiveFeed: livefeed.On})
+	a := apptest.StartApp(t, app.Config{LiveFeed: livefeed.On})
 	on, err := streams.Live(ctxT(t), a.JetStream)
 	require.NoError(t, err)
 	assert.True(t, on)

@@ -12,15 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
-	"github.com/airlock-dev/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -201,7 +202,7 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	cfg.Executors = nil
 	cfg.Auth, cfg.Policy = true, confirmSpec()
 	cfg.Executors = append(cfg.Executors, counter)
-	a = testenv.StartApp(t, cfg)
+	a = apptest.StartApp(t, cfg)
 	c = agentClient(t, a)
 	third := submitHeld(t, c, counter, req)
 	assert.Equal(t, first.HoldID, third.HoldID)
@@ -515,8 +516,8 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	counter := &testexec.Counter{Dir: t.TempDir()}
 	dirs := testenv.DeploymentDirs(t)
 	cfg := app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}}
-	a := testenv.StartApp(t, cfg)
-	c, _ := testenv.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
+	a := apptest.StartApp(t, cfg)
+	c, _ := apptest.Client(t, a.ClientURL(), producers.WithWait(10*time.Second))
 	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"crash":"after grant"}`)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -532,7 +533,7 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 
 	cfg.DataDir = dirs() // another instance of the deployment
-	b := testenv.StartApp(t, cfg)
+	b := apptest.StartApp(t, cfg)
 	got := waitTerminal(t, b, held.OpID)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
@@ -636,7 +637,7 @@ func TestResumedOpAnswersTheSubmitter(t *testing.T) {
 	// The call takes a while, so the retry below finds the op still
 	// running and only an answer (or a poll a minute later) ends its wait.
 	counter := &testexec.Counter{Dir: t.TempDir(), Delay: 500 * time.Millisecond}
-	a := testenv.StartApp(t, app.Config{Auth: true, Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	a := apptest.StartApp(t, app.Config{Auth: true, Policy: confirmSpec(), Executors: []executor.Executor{counter}})
 	c, err := producers.New(connectAs(t, a, "agent"), producers.WithWait(20*time.Second), producers.WithPollInterval(time.Minute))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

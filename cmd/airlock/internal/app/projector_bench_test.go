@@ -1,4 +1,4 @@
-package projector_test
+package app_test
 
 import (
 	"context"
@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -52,8 +53,8 @@ func BenchmarkProject(b *testing.B) {
 // fillEcho runs ops echo ops through a whole Airlock on n, 64 at a time,
 // and stops it.
 func fillEcho(b *testing.B, n *testenv.NATS, ops int) {
-	a := testenv.StartApp(b, app.Config{NATSURL: n.Server.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
-	c, _ := testenv.Client(b, a.ClientURL())
+	a := apptest.StartApp(b, app.Config{NATSURL: n.Server.ClientURL(), Logger: slog.New(slog.DiscardHandler)})
+	c, _ := apptest.Client(b, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var next atomic.Int64

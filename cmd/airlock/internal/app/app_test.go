@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/app"
-	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestEchoRunsEndToEnd(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := c.Submit(ctx, events.Request{Workspace: "ws1", Agent: "a1", Tool: "echo", Args: json.RawMessage(`{"b": 2, "a": [1, "x"]}`)})
@@ -44,8 +44,8 @@ func TestEchoRunsEndToEnd(t *testing.T) {
 // A request in structured content mode (the CloudEvent as one JSON
 // document) runs like a binary one, including the batched args fetch.
 func TestStructuredModeRequestRuns(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, nc := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, nc := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var ids []string
@@ -78,8 +78,8 @@ func TestStructuredModeRequestRuns(t *testing.T) {
 // HTML characters and line separators included; the projection keeps that
 // digest.
 func TestResultDigestMatchesReply(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
-	c, _ := testenv.Client(t, a.ClientURL())
+	a := apptest.StartApp(t, app.Config{})
+	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	out, err := c.Submit(ctx, events.Request{Workspace: "w", Agent: "a", Tool: "echo", Args: json.RawMessage("{\"html\":\"<a href='x'>&amp;</a>\",\"sep\":\"\u2028\"}")})
@@ -97,7 +97,7 @@ func TestResultDigestMatchesReply(t *testing.T) {
 
 // A start that fails closes what it opened and returns the error.
 func TestStartFailsCleanly(t *testing.T) {
-	a := testenv.StartApp(t, app.Config{})
+	a := apptest.StartApp(t, app.Config{})
 	_, err := app.Start(context.Background(), app.Config{DataDir: t.TempDir(), Listen: a.Server.Addr().String()})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "address already in use")

@@ -67,8 +67,12 @@ const (
 	// CodeNoCredential: the server refused the connection: no
 	// credential was given, or one it does not know.
 	CodeNoCredential Code = "NO_CREDENTIAL"
-	CodeUnavailable  Code = "UNAVAILABLE"
-	CodeInternal     Code = "INTERNAL"
+	// CodePending: the wait for an op's outcome ran out while the op
+	// goes on (running, or waiting for a runner); asking again later
+	// gets its outcome.
+	CodePending     Code = "PENDING"
+	CodeUnavailable Code = "UNAVAILABLE"
+	CodeInternal    Code = "INTERNAL"
 )
 
 // AllCodes lists every code, in the order docs/errors.md lists them.
@@ -83,7 +87,7 @@ var AllCodes = []Code{
 	CodeRemoteUnavailable, CodeNoWorkspaceRoot,
 	CodeNotFound, CodeInvalidQuery,
 	CodeResultExpired, CodeResultNotKept, CodeNotRequester, CodeNotCompleted, CodeResultMismatch,
-	CodePermissionDenied, CodeNoCredential, CodeUnavailable, CodeInternal,
+	CodePermissionDenied, CodeNoCredential, CodePending, CodeUnavailable, CodeInternal,
 }
 
 // Error is the one error type that crosses process boundaries. Callers

@@ -47,6 +47,7 @@ var (
 	ErrResultMismatch        = &Error{Code: CodeResultMismatch}
 	ErrPermissionDenied      = &Error{Code: CodePermissionDenied}
 	ErrNoCredential          = &Error{Code: CodeNoCredential}
+	ErrPending               = &Error{Code: CodePending}
 	ErrUnavailable           = &Error{Code: CodeUnavailable}
 	ErrInternal              = &Error{Code: CodeInternal}
 )
@@ -95,6 +96,7 @@ var sentinels = []*Error{
 	ErrResultMismatch,
 	ErrPermissionDenied,
 	ErrNoCredential,
+	ErrPending,
 	ErrUnavailable,
 	ErrInternal,
 }

@@ -94,3 +94,13 @@ func EnsureLive(ctx context.Context, nc *nats.Conn) (events.LiveStatus, error) {
 	err = decodeResponse(resp, &st)
 	return st, err
 }
+
+// Tools asks Airlock for the tools it serves, with their classes under
+// the policy in force, descriptions and input schemas.
+func (c *Client) Tools(ctx context.Context) (*events.ToolCatalog, error) {
+	var out events.ToolCatalog
+	if err := c.query(ctx, events.QueryToolsSubject, struct{}{}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -30,6 +30,9 @@ var binary string
 // toolServer is the example remote tool server, built for this test run.
 var toolServer string
 
+// mcpExample is the example upstream MCP server, built for this test run.
+var mcpExample string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "airlock-bin-")
 	if err != nil {
@@ -58,6 +61,13 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build airlock-tool-example:", err)
+		os.Exit(1)
+	}
+	mcpExample = filepath.Join(dir, "airlock-mcp-example")
+	build = exec.Command("go", "build", "-o", mcpExample, "../airlock-mcp-example")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build airlock-mcp-example:", err)
 		os.Exit(1)
 	}
 	if run := flag.Lookup("test.run").Value.String(); !testing.Short() && (run == "" || matches(run, "TestNATSCLI")) {

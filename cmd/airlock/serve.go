@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/mcpgw"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
@@ -41,6 +42,7 @@ func newServe(g *globals) *cobra.Command {
 		resultTTL  time.Duration
 		liveFeed   string
 		workspaces []string
+		mcpConfig  string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -133,6 +135,13 @@ func newServe(g *globals) *cobra.Command {
 			} else {
 				cfg.Policy = policy.Spec{}
 			}
+			if mcpConfig != "" {
+				file, err := mcpgw.Load(mcpConfig)
+				if err != nil {
+					return &exitError{code: exitUsage, err: err}
+				}
+				cfg.Tools.MCP = file.UpstreamConfigs()
+			}
 			cfg.Executors = append(cfg.Executors, testExecutors()...)
 			return serve(cmd.Context(), cfg)
 		},
@@ -157,6 +166,7 @@ func newServe(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Tools.ExecTimeout, "exec-timeout", 30*time.Second, "default timeout of an exec call (its args may set timeout_ms)")
 	f.StringVar(&cfg.Tools.Bubblewrap, "bubblewrap", "", "path of bwrap: run every exec call inside bubblewrap (see docs/exec.md)")
 	f.StringToStringVar(&cfg.Tools.Remote, "remote-tool", nil, "a remote tool and the NATS subject its tool server listens on, TOOL=SUBJECT (repeatable; see docs/remote.md)")
+	f.StringVar(&mcpConfig, "mcp", "", "MCP configuration file (see docs/mcp.md): its upstreams' tools are served as <upstream>__<tool>, each call made once")
 	f.DurationVar(&cfg.Tools.RemoteTimeout, "remote-timeout", 30*time.Second, "timeout of a remote tool call")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	f.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 1024, "sign an audit checkpoint once this many events are unsigned")

@@ -28,3 +28,8 @@ func (Echo) Recover(context.Context, Call, Lost) (Recovery, error) {
 }
 
 var _ Executor = Echo{}
+
+// Describe says that echo returns its args.
+func (Echo) Describe() Description {
+	return Description{Text: "Returns its args unchanged. Runs no program and touches nothing; for trying Airlock out.", InputSchema: events.AnyObjectSchema}
+}

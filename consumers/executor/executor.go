@@ -112,6 +112,25 @@ type Executor interface {
 	Recover(ctx context.Context, c Call, lost Lost) (Recovery, error)
 }
 
+// Describer is implemented by executors that can say what their tool
+// does and what its args are, for front ends that show tools to an agent
+// (the MCP gateway, events.ToolCatalog). An executor that is not a
+// Describer is listed with its name alone and an object schema.
+type Describer interface {
+	Describe() Description
+}
+
+// Description is what a Describer says about its tool.
+type Description struct {
+	// Text says what a call does, in a sentence or two, for a person or
+	// a model.
+	Text string
+	// InputSchema is the JSON Schema of the args: an object schema.
+	InputSchema json.RawMessage
+	// Upstream names the MCP server the tool calls, for a proxied tool.
+	Upstream string
+}
+
 // Preparer is implemented by executors that can say, before their side
 // effect, what it will be, in a form any process can check the workspace
 // against (digests, never args). After the claim and before the started

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
+	"github.com/airlock-dev/airlock/internal/ledger"
 )
 
 // Exec is the "exec" tool: it runs an argv as a child process of Airlock,
@@ -21,7 +22,7 @@ import (
 // concurrent use.
 type Exec struct {
 	cfg    Config
-	ledger ledger
+	ledger ledger.Ledger
 	log    *slog.Logger
 }
 
@@ -34,7 +35,7 @@ func New(cfg Config) (*Exec, error) {
 	if err := os.MkdirAll(cfg.LedgerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("command: ledger: %w", err)
 	}
-	return &Exec{cfg: cfg, ledger: ledger{dir: cfg.LedgerDir}, log: cfg.Logger}, nil
+	return &Exec{cfg: cfg, ledger: ledger.Ledger{Dir: cfg.LedgerDir, Name: "exec"}, log: cfg.Logger}, nil
 }
 
 // Tool is "exec".
@@ -73,8 +74,8 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	log := e.log.With("op", c.OpID, "ws", c.Workspace, "attempt", c.Attempt)
 
-	startedPath, rec, err := e.ledger.begin(c.OpID, c.Attempt, a.Argv, time.Now())
-	if errors.Is(err, errStartedExists) {
+	startedPath, rec, err := e.begin(c.OpID, c.Attempt, a.Argv, time.Now())
+	if errors.Is(err, ledger.ErrStarted) {
 		return nil, events.Errorf(events.CodeAmbiguous, "exec attempt %s was started before; it is never run again", c.Attempt)
 	}
 	if err != nil {
@@ -82,12 +83,12 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	o, err := sp.run(ctx, a.Timeout(e.cfg.DefaultTimeout), func(pid int) {
 		rec.PID = pid
-		if err := e.ledger.spawned(startedPath, rec); err != nil {
+		if err := e.spawned(startedPath, rec); err != nil {
 			log.Warn("exec: recording the pid", "err", err)
 		}
 	})
 	if err != nil {
-		if aerr := e.ledger.abandon(startedPath); aerr != nil {
+		if aerr := e.ledger.Abandon(startedPath); aerr != nil {
 			// Left in place, the record makes a recovery say ambiguous
 			// for a call that never ran: wrong, but never a second run.
 			log.Error("exec: removing the record of an attempt that never started", "err", aerr)
@@ -105,7 +106,7 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	if err != nil {
 		return nil, events.Errorf(events.CodeAmbiguous, "exec attempt %s ran, its result cannot be encoded: %v", c.Attempt, err)
 	}
-	if err := e.ledger.finish(c.OpID, c.Attempt, body); err != nil {
+	if err := e.ledger.Finish(c.OpID, c.Attempt, body); err != nil {
 		// The result still goes to the runner, which stores it. Only a
 		// crash before that leaves the op ambiguous, as it would be
 		// without the ledger.

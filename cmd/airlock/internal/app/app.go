@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/consumers/tools/mcp"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
@@ -212,16 +213,20 @@ type App struct {
 	// carry.
 	Instance string
 
-	cfg      Config
-	gate     *gate.Gate
-	cancel   context.CancelFunc
-	group    *errgroup.Group
-	svc      interface{ Stop() error }
-	http     *http.Server
-	httpLn   net.Listener
-	httpDone chan struct{}
-	done     chan struct{}
-	err      error
+	cfg    Config
+	gate   *gate.Gate
+	cancel context.CancelFunc
+	group  *errgroup.Group
+	svc    interface{ Stop() error }
+	// upstreams are the MCP servers behind Airlock, closed with it;
+	// mcpClasses the classes of their tools, by Airlock tool name.
+	upstreams  []*mcp.Upstream
+	mcpClasses map[string]string
+	http       *http.Server
+	httpLn     net.Listener
+	httpDone   chan struct{}
+	done       chan struct{}
+	err        error
 }
 
 // MetricsAddr is where /metrics is served; empty when it is not.
@@ -358,7 +363,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	tools, err := a.builtinTools(cfg)
+	tools, err := a.builtinTools(sctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -366,7 +371,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	pol, source, err := loadPolicy(cfg, reg)
+	pol, source, err := loadPolicy(cfg, reg, a.mcpClasses)
 	if err != nil {
 		return err
 	}
@@ -465,6 +470,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	a.svc = svc
 	if err := projector.ServeResults(svc, a.Conn, a.Store, a.Results, a.JetStream); err != nil {
+		return err
+	}
+	if err := a.serveTools(svc, reg); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -571,18 +579,25 @@ func (a *App) ReloadPolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if p, err = withClasses(p, a.mcpClasses); err != nil {
+		return err
+	}
 	return a.gate.SetPolicy(ctx, p, a.cfg.PolicyFile)
 }
 
 // loadPolicy builds the policy the gate starts with, and says where it
 // came from.
-func loadPolicy(cfg Config, reg *executor.Registry) (*policy.Policy, string, error) {
+func loadPolicy(cfg Config, reg *executor.Registry, mcpClasses map[string]string) (*policy.Policy, string, error) {
 	if cfg.PolicyFile != "" {
 		spec := cfg.Policy
 		if len(spec.Tools) > 0 || spec.DefaultMode != "" || len(spec.Workspaces) > 0 || len(spec.Rules) > 0 || spec.HoldTTL != "" {
 			return nil, "", errors.New("app: a policy file and a policy spec exclude each other")
 		}
 		p, err := policy.Load(cfg.PolicyFile)
+		if err != nil {
+			return nil, "", err
+		}
+		p, err = withClasses(p, mcpClasses)
 		return p, cfg.PolicyFile, err
 	}
 	// The built-in policy, with the classes in-process executors declare
@@ -608,6 +623,27 @@ func loadPolicy(cfg Config, reg *executor.Registry) (*policy.Policy, string, err
 	}
 	p, err := policy.New(spec)
 	return p, "built-in", err
+}
+
+// withClasses adds to a policy file's tools the classes of the MCP
+// upstreams' tools it does not name: the MCP configuration, which the
+// operator writes too, classifies them (a tool it does not is
+// destructive). The file's own classes win. Airlock's built-in tools get
+// no class this way: a policy file names them or they are destructive.
+func withClasses(p *policy.Policy, classes map[string]string) (*policy.Policy, error) {
+	if len(classes) == 0 {
+		return p, nil
+	}
+	spec := p.Spec()
+	if spec.Tools == nil {
+		spec.Tools = map[string]string{}
+	}
+	for t, c := range classes {
+		if _, named := spec.Tools[t]; !named {
+			spec.Tools[t] = c
+		}
+	}
+	return policy.New(spec)
 }
 
 // principal looks a command's principal up in the authority.
@@ -645,6 +681,10 @@ func (a *App) Shutdown(ctx context.Context) error {
 }
 
 func (a *App) close() {
+	for _, u := range a.upstreams {
+		_ = u.Close()
+	}
+	a.upstreams = nil
 	if a.svc != nil {
 		_ = a.svc.Stop()
 		a.svc = nil

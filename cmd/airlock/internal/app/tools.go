@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/tools/command"
+	"github.com/airlock-dev/airlock/consumers/tools/mcp"
 	"github.com/airlock-dev/airlock/consumers/tools/patch"
 	"github.com/airlock-dev/airlock/consumers/tools/remote"
 	"github.com/airlock-dev/airlock/events"
@@ -29,12 +30,17 @@ type ToolsConfig struct {
 	Remote map[string]string
 	// RemoteTimeout is a remote call's timeout; zero for 30s.
 	RemoteTimeout time.Duration
+	// MCP are the upstream MCP servers whose tools Airlock serves, each
+	// tool as <upstream>__<tool> (docs/mcp.md). Their ledgers go to
+	// DataDir/ledger/mcp/<upstream>; LedgerDir is filled in. An upstream
+	// that cannot be reached at start is logged and left out.
+	MCP []mcp.UpstreamConfig
 }
 
 // builtinTools builds echo, exec, apply_patch and the remote tools. Exec
 // and apply_patch keep their ledgers in DataDir/ledger and work under the
 // workspace root the policy in force names.
-func (a *App) builtinTools(cfg Config) ([]executor.Executor, error) {
+func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor, error) {
 	root := func(ws string) string {
 		if a.gate == nil {
 			return ""
@@ -60,6 +66,30 @@ func (a *App) builtinTools(cfg Config) ([]executor.Executor, error) {
 			return nil, fmt.Errorf("app: remote tool %s: %w", name, err)
 		}
 		tools = append(tools, r)
+	}
+	for _, uc := range cfg.Tools.MCP {
+		uc.LedgerDir = filepath.Join(cfg.DataDir, "ledger", "mcp", uc.Name)
+		if uc.Logger == nil {
+			uc.Logger = cfg.Logger
+		}
+		u, err := mcp.New(uc)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		execs, err := u.Executors(ctx)
+		if err != nil {
+			cfg.Logger.Error("mcp upstream left out: its tools are not served until the next start", "upstream", uc.Name, "err", err)
+			_ = u.Close()
+			continue
+		}
+		a.upstreams = append(a.upstreams, u)
+		if a.mcpClasses == nil {
+			a.mcpClasses = map[string]string{}
+		}
+		for _, ex := range execs {
+			a.mcpClasses[ex.Tool()] = string(ex.Class())
+		}
+		tools = append(tools, execs...)
 	}
 	return tools, nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +35,7 @@ type mcpRig struct {
 	config                 string
 	out, calls, pid, descr string
 	tokens                 [2]string // bearer tokens of agent and agent2
+	metrics                string    // serve's /metrics URL
 }
 
 const mcpPolicy = `default_mode: auto
@@ -81,7 +83,9 @@ gateway:
 	out, errOut, code := run(t, "mcp", "check", g.config)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "upstream notes:")
-	g.srv = startServer(t, dir, freePort(t), nil, "--policy", pol, "--mcp", g.config, "--claim-timeout", "3s")
+	maddr := freePort(t)
+	g.metrics = "http://" + maddr + "/metrics"
+	g.srv = startServer(t, dir, freePort(t), nil, "--policy", pol, "--mcp", g.config, "--claim-timeout", "3s", "--metrics", maddr)
 	return g
 }
 
@@ -330,6 +334,10 @@ func TestMCPUpstream(t *testing.T) {
 	assert.Equal(t, events.StateAmbiguous, waitOpState(t, g.srv, gop).State)
 	res = call(t, s, "notes__peek", map[string]any{})
 	require.False(t, res.IsError, text(res))
+	m := scrape(t, g.metrics)
+	assert.Contains(t, m, `airlock_mcp_upstream_call_duration_seconds_count{outcome="answered",tool="notes__slow_append"} 1`)
+	assert.Contains(t, m, `airlock_mcp_upstream_call_duration_seconds_count{outcome="ambiguous",tool="notes__slow_append"} 2`)
+	assert.Contains(t, m, `airlock_mcp_upstream_call_duration_seconds_count{outcome="ambiguous",tool="notes__garbage"} 1`)
 
 	// A changed definition after the hold: OPERANDS_CHANGED, nothing sent.
 	res = call(t, s, "notes__append", map[string]any{"line": "after review"})
@@ -384,7 +392,8 @@ func readPID(t *testing.T, path string) int {
 func TestMCPHTTP(t *testing.T) {
 	g := newMCPRig(t)
 	addr := freePort(t)
-	cmd := exec.Command(binary, "mcp", "--server", g.srv.url, "--data", g.srv.dir, "--config", g.config, "--http", addr, "--hold-wait", "2s")
+	maddr := freePort(t)
+	cmd := exec.Command(binary, "mcp", "--server", g.srv.url, "--data", g.srv.dir, "--config", g.config, "--http", addr, "--hold-wait", "2s", "--metrics", maddr)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -449,6 +458,11 @@ func TestMCPHTTP(t *testing.T) {
 	again := structured(t, call(t, a2, "apply_patch", patch))
 	assert.Equal(t, "APPROVAL_REQUIRED", again["error_code"])
 	assert.Equal(t, h2["hold_id"], again["hold_id"])
+	m := scrape(t, "http://"+maddr+"/metrics")
+	assert.Contains(t, m, `airlock_mcp_calls_total{outcome="completed",tool="exec"} 1`)
+	assert.Contains(t, m, `airlock_mcp_calls_total{outcome="held",tool="apply_patch"} 3`)
+	assert.Contains(t, m, `airlock_mcp_calls_total{outcome="completed",tool="apply_patch"} 1`)
+
 	// And agent2's credential may not fetch agent1's result.
 	_, errOut, code := run(t, "ops", "result", h1["op_id"].(string), "--server", g.srv.url, "--creds", filepath.Join(g.srv.dir, "creds", "agent2.creds"))
 	assert.NotEqual(t, 0, code)
@@ -502,4 +516,15 @@ func TestMCPUpstreamCrash(t *testing.T) {
 	res = call(t, s, "notes__peek", map[string]any{})
 	require.False(t, res.IsError, text(res))
 	assert.Equal(t, []string{"slow_append crash", "peek"}, trimAll(lines(t, g.calls)))
+}
+
+// scrape reads a /metrics page.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(b)
 }

@@ -68,6 +68,10 @@ type UpstreamConfig struct {
 	// LedgerDir holds the ledger of the upstream's calls, one directory
 	// per tool. Required.
 	LedgerDir string
+	// Observe, when set, is told of every call sent to the upstream: the
+	// Airlock tool, how it ended (answered, tool_error, refused,
+	// ambiguous, interrupted) and how long it took.
+	Observe func(tool, outcome string, took time.Duration)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }

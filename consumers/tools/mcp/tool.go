@@ -89,7 +89,14 @@ func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	cancel()
 	failpoint.Hit(failpoint.AfterEffect, t.name)
 	if err != nil {
-		return nil, t.unanswered(ctx, s, sent, err, log)
+		err = t.unanswered(ctx, s, sent, err, log)
+		t.observe(err, sent)
+		return nil, err
+	}
+	if res.IsError {
+		t.observeAs("tool_error", sent)
+	} else {
+		t.observe(nil, sent)
 	}
 	body, err := encodeResult(res)
 	if err != nil {
@@ -103,6 +110,26 @@ func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	log.Debug("mcp call answered", "is_error", res.IsError, "duration_ms", time.Since(sent).Milliseconds())
 	return body, nil
+}
+
+// observe tells Config.Observe how a sent call ended.
+func (t *Tool) observe(err error, sent time.Time) {
+	switch {
+	case err == nil:
+		t.observeAs("answered", sent)
+	case errors.Is(err, events.ErrAmbiguous):
+		t.observeAs("ambiguous", sent)
+	case errors.Is(err, events.ErrExecutorFailed):
+		t.observeAs("refused", sent)
+	default:
+		t.observeAs("interrupted", sent)
+	}
+}
+
+func (t *Tool) observeAs(outcome string, sent time.Time) {
+	if t.u.cfg.Observe != nil {
+		t.u.cfg.Observe(t.name, outcome, time.Since(sent))
+	}
 }
 
 // unanswered is the error of a call that was sent and got no result.

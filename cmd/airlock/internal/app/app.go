@@ -222,6 +222,7 @@ type App struct {
 	// mcpClasses the classes of their tools, by Airlock tool name.
 	upstreams  []*mcp.Upstream
 	mcpClasses map[string]string
+	mcpCalls   *upstreamCalls
 	http       *http.Server
 	httpLn     net.Listener
 	httpDone   chan struct{}
@@ -457,6 +458,11 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	if a.mcpCalls != nil {
+		if err := a.Metrics.Registry().Register(a.mcpCalls.h); err != nil {
+			return fmt.Errorf("app: metrics: %w", err)
+		}
 	}
 	if cfg.MetricsListen != "" {
 		if a.httpLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/tools/patch"
 	"github.com/airlock-dev/airlock/consumers/tools/remote"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // ToolsConfig configures the built-in tools. The zero value registers
@@ -72,6 +73,7 @@ func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor
 		if uc.Logger == nil {
 			uc.Logger = cfg.Logger
 		}
+		uc.Observe = a.upstreamCalls().observe
 		u, err := mcp.New(uc)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
@@ -108,4 +110,23 @@ func operandsOf(reg *executor.Registry) func(context.Context, *events.Request) (
 		}
 		return ob.Operands(ctx, req.Workspace, req.Args)
 	}
+}
+
+// upstreamCalls is the histogram of the calls sent to MCP upstreams,
+// registered with the process's metrics once they exist.
+func (a *App) upstreamCalls() *upstreamCalls {
+	if a.mcpCalls == nil {
+		a.mcpCalls = &upstreamCalls{h: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_mcp_upstream_call_duration_seconds",
+			Help:    "Calls sent to upstream MCP servers, by Airlock tool and outcome (answered, tool_error, refused, ambiguous, interrupted): from sending to the answer.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"tool", "outcome"})}
+	}
+	return a.mcpCalls
+}
+
+type upstreamCalls struct{ h *prometheus.HistogramVec }
+
+func (u *upstreamCalls) observe(tool, outcome string, took time.Duration) {
+	u.h.WithLabelValues(tool, outcome).Observe(took.Seconds())
 }

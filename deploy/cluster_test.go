@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -255,8 +256,8 @@ func TestClusterRunsAirlock(t *testing.T) {
 	serve := exec.CommandContext(ctx, bin, "serve", "--data", data, "--nats-url", strings.Join(urls, ","), "--replicas", "3", "--monitor", "")
 	stdout, err := serve.StdoutPipe()
 	require.NoError(t, err)
-	var stderr strings.Builder
-	serve.Stderr = &stderr
+	stderr := &testenv.Buffer{}
+	serve.Stderr = stderr
 	require.NoError(t, serve.Start())
 	t.Cleanup(func() {
 		_ = serve.Process.Signal(os.Interrupt)

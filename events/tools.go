@@ -4,8 +4,9 @@ import "encoding/json"
 
 // QueryToolsSubject is where a client asks an Airlock process for the
 // tools it serves (ToolCatalog), with an empty request body. Any process
-// answers; processes of one deployment serve the same tools (the
-// executor groups aside), so one answer is the catalog.
+// answers, with its own tools: processes configured alike serve the same
+// ones, but an MCP upstream one process could not reach at its start is
+// missing from that process's answer.
 const QueryToolsSubject = QueryPrefix + ".tools"
 
 // ToolInfo describes one tool Airlock serves: what front ends (the MCP

@@ -30,6 +30,8 @@ const (
 	mcpStartTimeout = 30 * time.Second
 	// mcpRefreshEvery is how often the gateway reads the catalog again.
 	mcpRefreshEvery = 30 * time.Second
+	// mcpSessionTimeout ends an HTTP session idle this long.
+	mcpSessionTimeout = 30 * time.Minute
 	// mcpMaxBodyBytes bounds an HTTP request body (a JSON-RPC message):
 	// the largest request Airlock takes, and room for the envelope.
 	mcpMaxBodyBytes = events.MaxRequestBytes + 64<<10
@@ -229,12 +231,16 @@ func serveMCPStdio(ctx context.Context, g *globals, ws string, cfg mcpgw.Config)
 	if err != nil {
 		return err
 	}
-	agent := &mcpgw.Agent{Name: principal(g.credsFor("agent"), "agent"), Workspace: ws, Client: c}
+	name, err := agentName(g.credsFor("agent"))
+	if err != nil {
+		return err
+	}
+	agent := &mcpgw.Agent{Name: name, Workspace: ws, Client: c}
 	cfg.Logger.Info("mcp: serving on stdio", "agent", agent.Name, "ws", ws, "tools", len(cat.Tools))
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go refresh(rctx, c, gw, cfg.Logger)
-	err = gw.Server(agent).Run(rctx, &sdk.StdioTransport{})
+	err = gw.Server(agent).Run(rctx, mcpgw.Stdio(os.Stdin, os.Stdout, cfg.Logger))
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -254,12 +260,9 @@ func serveMCPHTTP(ctx context.Context, g *globals, file *mcpgw.File, cfg mcpgw.C
 	var first *producers.Client
 	for i, t := range file.Gateway.Tokens {
 		path := file.Path(t.Creds)
-		name := principal(path, "agent")
-		if p, ok := authority.Identify(path); ok {
-			if p.Role != authority.RoleAgent {
-				return &exitError{code: exitUsage, err: fmt.Errorf("mcp: gateway.tokens[%d]: %s is the credential of %s, a %s: a token stands for an agent", i, path, p.Name, p.Role)}
-			}
-			name = p.Name
+		name, err := agentName(path)
+		if err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("mcp: gateway.tokens[%d]: %w", i, err)}
 		}
 		c, done, err := connectAgent(g, path, cfg.HoldWait)
 		if err != nil {
@@ -305,14 +308,17 @@ func serveMCPHTTP(ctx context.Context, g *globals, file *mcpgw.File, cfg mcpgw.C
 			return nil
 		}
 		return agents[i].server
-	}, &sdk.StreamableHTTPOptions{Logger: cfg.Logger, MaxRequestBodyBytes: mcpMaxBodyBytes})
+	}, &sdk.StreamableHTTPOptions{Logger: cfg.Logger, MaxRequestBodyBytes: mcpMaxBodyBytes, SessionTimeout: mcpSessionTimeout})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", auth.RequireBearerToken(verify, nil)(h))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("mcp: listen: %w", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !net.ParseIP(host).IsLoopback() {
+		cfg.Logger.Warn("mcp: serving plain HTTP beyond loopback: bearer tokens cross the network in the clear; put TLS in front (a reverse proxy)", "addr", ln.Addr().String())
+	}
 	cfg.Logger.Info("mcp: serving streamable HTTP", "url", "http://"+ln.Addr().String()+"/mcp", "tokens", len(agents))
 	fmt.Fprintf(os.Stderr, "airlock mcp serving http://%s/mcp\n", ln.Addr())
 	errc := make(chan error, 1)
@@ -326,6 +332,20 @@ func serveMCPHTTP(ctx context.Context, g *globals, file *mcpgw.File, cfg mcpgw.C
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// agentName is the agent a credential file belongs to: as the
+// principals.json beside it lists it, else the file's name (a credential
+// kept apart from its data dir, `creds add --out`). A credential of
+// another role is refused: a session acts as an agent.
+func agentName(path string) (string, error) {
+	if p, ok := authority.Identify(path); ok {
+		if p.Role != authority.RoleAgent {
+			return "", fmt.Errorf("%s is the credential of %s, a%s %s: an MCP session acts as an agent; use an agent's credential", path, p.Name, article(string(p.Role)), p.Role)
+		}
+		return p.Name, nil
+	}
+	return principal(path, "agent"), nil
 }
 
 // connectAgent connects as the agent of the credential at path, with its

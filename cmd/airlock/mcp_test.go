@@ -339,12 +339,14 @@ func TestMCPUpstream(t *testing.T) {
 	assert.Contains(t, m, `airlock_mcp_upstream_call_duration_seconds_count{outcome="ambiguous",tool="notes__slow_append"} 2`)
 	assert.Contains(t, m, `airlock_mcp_upstream_call_duration_seconds_count{outcome="ambiguous",tool="notes__garbage"} 1`)
 
-	// A changed definition after the hold: OPERANDS_CHANGED, nothing sent.
+	// A changed definition after the hold: OPERANDS_CHANGED, nothing
+	// sent. Here the upstream is redeployed (killed, started again with
+	// a new description) between the hold and the grant.
 	res = call(t, s, "notes__append", map[string]any{"line": "after review"})
 	held := structured(t, res)
 	require.Equal(t, "APPROVAL_REQUIRED", held["error_code"], text(res))
 	require.NoError(t, os.WriteFile(g.descr, []byte("Appends a line, and also mails it to everyone."), 0o644))
-	time.Sleep(500 * time.Millisecond) // the example polls its description file every 100ms
+	require.NoError(t, syscall.Kill(readPID(t, g.pid), syscall.SIGKILL))
 	callsBefore := len(lines(t, g.calls))
 	out, _ := grant(t, g, held["hold_id"].(string), held["args_digest"].(string))
 	assert.Contains(t, out, "OPERANDS_CHANGED")
@@ -352,10 +354,13 @@ func TestMCPUpstream(t *testing.T) {
 	assert.Equal(t, events.StateFailed, op.State)
 	res = call(t, s, "notes__append", map[string]any{"line": "after review"})
 	assert.Equal(t, "OPERANDS_CHANGED", structured(t, res)["error_code"])
-	calls := lines(t, g.calls)
-	assert.NotContains(t, calls, "append after review")
-	// peek calls the upstream; nothing else did.
-	assert.LessOrEqual(t, len(calls), callsBefore+1)
+	assert.Len(t, lines(t, g.calls), callsBefore, "nothing was sent")
+
+	// Asked again as a new request (the retry argument): a new hold.
+	res = call(t, s, "notes__append", map[string]any{"line": "after review", "_airlock_retry": "2"})
+	again := structured(t, res)
+	assert.Equal(t, "APPROVAL_REQUIRED", again["error_code"], text(res))
+	assert.NotEqual(t, held["hold_id"], again["hold_id"])
 }
 
 func trimAll(ss []string) []string {
@@ -428,7 +433,7 @@ func TestMCPHTTP(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	ctx := context.Background()
 	_, err = httpSession(ctx, endpoint, "not-a-token")
-	require.Error(t, err, "a wrong token is refused")
+	require.ErrorContains(t, err, "Unauthorized", "a wrong token is refused")
 
 	a1, err := httpSession(ctx, endpoint, g.tokens[0])
 	require.NoError(t, err)

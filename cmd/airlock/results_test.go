@@ -285,9 +285,10 @@ func TestLostReplyResultOnRetry(t *testing.T) {
 	}
 	dir, root := t.TempDir(), t.TempDir()
 	srv := startServer(t, dir, freePort(t), nil, "--policy", resultsPolicy(t, root, "3s"))
-	// The output is made by the shell: the args never hold it.
+	// The output is made by the shell: the args never hold it. The op
+	// runs for 4s, long enough for a loaded machine to see it executing.
 	const secret = "res2ult-plaintext-marker"
-	args := `{"argv":["/bin/sh","-c","sleep 1; echo res$((1+1))ult-plaintext-marker"]}`
+	args := `{"argv":["/bin/sh","-c","sleep 4; echo res$((1+1))ult-plaintext-marker"]}`
 
 	first := exec.Command(binary, "submit", "--ws", "brief", "--tool", "exec", "--args", args, "--wait", "30s", "--server="+srv.url, "--data="+srv.dir)
 	require.NoError(t, first.Start())

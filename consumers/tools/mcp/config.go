@@ -20,7 +20,7 @@ const (
 	MaxTimeout = 10 * time.Minute
 	// DefaultListTimeout bounds connecting to an upstream and listing its
 	// tools when ListTimeout is unset.
-	DefaultListTimeout = 10 * time.Second
+	DefaultListTimeout = 5 * time.Second
 	// MaxTools bounds the tools Airlock takes from one upstream; the
 	// rest are left out, with a warning.
 	MaxTools = 256
@@ -29,6 +29,13 @@ const (
 	// Separator joins an upstream's name and its tool's in the Airlock
 	// tool name.
 	Separator = "__"
+	// RetryAfter is how long an upstream that could not be connected is
+	// not tried again: calls fail at once (REMOTE_UNAVAILABLE).
+	RetryAfter = 5 * time.Second
+	// CacheFor is how long the gate decides with a listing of the
+	// upstream's tools (unless the upstream said its tools changed); the
+	// runner always lists them again before the call.
+	CacheFor = 30 * time.Second
 )
 
 var upstreamName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
@@ -52,6 +59,9 @@ type UpstreamConfig struct {
 	// Env is the environment of Command besides PATH and HOME, which it
 	// gets from Airlock's.
 	Env map[string]string
+	// Dir is the working directory of Command; serve makes an empty one
+	// per upstream. The program runs as Airlock's user (docs/mcp.md).
+	Dir string
 	// URL is the streamable HTTP endpoint (http or https).
 	URL string
 	// Headers are sent with every HTTP request (Authorization, ...).
@@ -109,8 +119,8 @@ func (c *UpstreamConfig) Validate() error {
 			bad("url %q is not an http or https URL", c.URL)
 		}
 	}
-	if len(c.Env) > 0 && c.URL != "" {
-		bad("env applies to command only")
+	if (len(c.Env) > 0 || c.Dir != "") && c.URL != "" {
+		bad("env and dir apply to command only")
 	}
 	if len(c.Headers) > 0 && len(c.Command) > 0 {
 		bad("headers apply to url only")

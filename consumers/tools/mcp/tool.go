@@ -67,17 +67,18 @@ type started struct {
 // upstream refused with a JSON-RPC error fails (EXECUTOR_FAILED), and a
 // call without an answer is ambiguous and never sent again.
 func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, error) {
-	args := bytes.TrimSpace(c.Args)
-	if len(args) == 0 || args[0] != '{' {
-		return nil, events.Errorf(events.CodeInvalidArgs, "%s: args must be a JSON object (MCP tool arguments)", t.name)
+	if err := t.checkArgs(c.Args); err != nil {
+		return nil, err
 	}
-	s, err := t.u.connect(ctx)
+	args := bytes.TrimSpace(c.Args)
+	s, _, err := t.u.connect(ctx)
 	if err != nil {
 		return nil, events.Errorf(events.CodeRemoteUnavailable, "%v; nothing was sent", err)
 	}
 	log := t.u.cfg.Logger.With("op", c.OpID, "attempt", c.Attempt, "tool", t.name)
 	rec, _ := json.Marshal(started{Attempt: c.Attempt, Upstream: t.u.cfg.Name, Tool: t.remote, ArgsDigest: events.ArgsDigest(c.Args), SentAt: time.Now().UTC()})
-	if _, err := t.ledger.Begin(c.OpID, c.Attempt, rec); err != nil {
+	startedAt, err := t.ledger.Begin(c.OpID, c.Attempt, rec)
+	if err != nil {
 		if errors.Is(err, ledger.ErrStarted) {
 			return nil, events.Errorf(events.CodeAmbiguous, "%s: attempt %s was sent before; it is never sent again", t.name, c.Attempt)
 		}
@@ -88,6 +89,18 @@ func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	res, err := s.CallTool(cctx, &sdk.CallToolParams{Name: t.remote, Arguments: json.RawMessage(args)})
 	cancel()
 	failpoint.Hit(failpoint.AfterEffect, t.name)
+	if errors.Is(err, sdk.ErrConnectionClosed) {
+		// The session was closed before the call was written (the SDK
+		// refuses to start a call on a closing connection): nothing was
+		// sent, and the record goes.
+		t.u.drop(s)
+		if aerr := t.ledger.Abandon(startedAt); aerr != nil {
+			// Left in place, the record makes a recovery say ambiguous
+			// for a call that was never sent: wrong, but never twice.
+			log.Error("mcp: removing the record of a call that was never sent", "err", aerr)
+		}
+		return nil, events.Errorf(events.CodeRemoteUnavailable, "%s: the session with MCP server %s closed before the call was sent: %v; nothing was sent", t.name, t.u.cfg.Name, err)
+	}
 	if err != nil {
 		err = t.unanswered(ctx, s, sent, err, log)
 		t.observe(err, sent)
@@ -110,6 +123,16 @@ func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	log.Debug("mcp call answered", "is_error", res.IsError, "duration_ms", time.Since(sent).Milliseconds())
 	return body, nil
+}
+
+// checkArgs refuses args that are no JSON object: MCP tool arguments are
+// one.
+func (t *Tool) checkArgs(args json.RawMessage) error {
+	a := bytes.TrimSpace(args)
+	if len(a) == 0 || a[0] != '{' || !json.Valid(a) {
+		return events.Errorf(events.CodeInvalidArgs, "%s: args must be a JSON object (MCP tool arguments)", t.name)
+	}
+	return nil
 }
 
 // observe tells Config.Observe how a sent call ended.
@@ -135,10 +158,17 @@ func (t *Tool) observeAs(outcome string, sent time.Time) {
 // unanswered is the error of a call that was sent and got no result.
 func (t *Tool) unanswered(ctx context.Context, s *sdk.ClientSession, sent time.Time, err error, log *slog.Logger) error {
 	var rpc *jsonrpc.Error
-	if errors.As(err, &rpc) && rpc.Code != 0 {
-		// The upstream answered with a JSON-RPC error: it refused the
-		// call, as the protocol has it. The session is sound.
-		return events.Errorf(events.CodeExecutorFailed, "%s: the upstream refused the call: JSON-RPC error %d: %s", t.name, rpc.Code, rpc.Message)
+	if errors.As(err, &rpc) && refusal(rpc.Code) {
+		// The upstream refused the call before handling it (it could
+		// not parse it, or it has no such method or tool, or the params
+		// are not its): nothing ran. The session is sound.
+		return events.Errorf(events.CodeExecutorFailed, "%s: the upstream refused the call: JSON-RPC error %d: %s; nothing ran", t.name, rpc.Code, rpc.Message)
+	}
+	if rpc != nil {
+		// Any other JSON-RPC error (internal error, a server's own
+		// code) may come after the tool did its work.
+		return events.Errorf(events.CodeAmbiguous, "%s: call sent to MCP server %s at %s; it answered JSON-RPC error %d: %s, which does not say whether the tool ran; it is never sent again",
+			t.name, t.u.cfg.Name, stamp(sent), rpc.Code, rpc.Message)
 	}
 	t.u.drop(s)
 	if ctx.Err() != nil {
@@ -151,6 +181,17 @@ func (t *Tool) unanswered(ctx context.Context, s *sdk.ClientSession, sent time.T
 	log.Warn("mcp: call sent, no answer", "err", err)
 	return events.Errorf(events.CodeAmbiguous, "%s: call sent to MCP server %s at %s; %s; it may have taken effect and is never sent again",
 		t.name, t.u.cfg.Name, stamp(sent), why)
+}
+
+// refusal reports whether a JSON-RPC error code says the request was
+// refused before it was handled: parse error, invalid request, method
+// not found, invalid params (which the SDKs answer for an unknown tool).
+func refusal(code int64) bool {
+	switch code {
+	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound, jsonrpc.CodeInvalidParams:
+		return true
+	}
+	return false
 }
 
 // encodeResult is the stored form of the upstream's answer.
@@ -214,16 +255,37 @@ func (t *Tool) Recover(_ context.Context, c executor.Call, lost executor.Lost) (
 
 // Operands is the digest of the tool's definition as the upstream lists
 // it now, under the key mcp:<upstream>/<tool>; "absent" once it lists no
-// such tool. When the upstream cannot be reached, the newest listing's.
-func (t *Tool) Operands(ctx context.Context, _ string, _ json.RawMessage) (map[string]string, error) {
+// such tool. It lists the tools again every time (the runner's check
+// before the call); an upstream that cannot list them now fails the call
+// with REMOTE_UNAVAILABLE, nothing sent: an old listing never stands for
+// what is about to be called.
+func (t *Tool) Operands(ctx context.Context, _ string, args json.RawMessage) (map[string]string, error) {
+	if err := t.checkArgs(args); err != nil {
+		return nil, err
+	}
 	def, err := t.u.definition(ctx, t.remote)
-	if err != nil && def == nil {
+	if err != nil {
 		return nil, events.Errorf(events.CodeRemoteUnavailable, "%v; nothing was sent", err)
 	}
-	if err != nil {
-		t.u.cfg.Logger.Warn("mcp: upstream unreachable; its newest listing stands for the tool's definition", "tool", t.name, "err", err)
+	return t.operands(def), nil
+}
+
+// DecisionOperands is Operands for the gate's decision: from a listing
+// younger than CacheFor that no tools/list_changed made stale, so that a
+// slow upstream does not hold up the gate; else as Operands. The runner
+// checks again with Operands before the call.
+func (t *Tool) DecisionOperands(ctx context.Context, ws string, args json.RawMessage) (map[string]string, error) {
+	if err := t.checkArgs(args); err != nil {
+		return nil, err
 	}
-	return map[string]string{"mcp:" + t.u.cfg.Name + "/" + t.remote: definitionDigest(def)}, nil
+	if def, ok := t.u.recent(t.remote); ok {
+		return t.operands(def), nil
+	}
+	return t.Operands(ctx, ws, args)
+}
+
+func (t *Tool) operands(def *sdk.Tool) map[string]string {
+	return map[string]string{"mcp:" + t.u.cfg.Name + "/" + t.remote: definitionDigest(def)}
 }
 
 // Forget removes the op's ledger records.

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
@@ -28,9 +30,13 @@ type Upstream struct {
 	cfg    UpstreamConfig
 	client *sdk.Client
 
-	mu      sync.Mutex
-	session *sdk.ClientSession
-	defs    map[string]*sdk.Tool // the newest listing, by upstream tool name
+	mu       sync.Mutex
+	session  *sdk.ClientSession
+	defs     map[string]*sdk.Tool // the newest listing, by upstream tool name
+	listed   time.Time            // when defs were listed
+	stale    bool                 // the upstream said its tools changed since
+	failed   error                // the last failure to connect, until RetryAfter
+	failedAt time.Time
 }
 
 // New returns an Upstream for cfg, not yet connected.
@@ -42,10 +48,12 @@ func New(cfg UpstreamConfig) (*Upstream, error) {
 	if err := os.MkdirAll(cfg.LedgerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("mcp upstream %s: ledger dir: %w", cfg.Name, err)
 	}
-	client := sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v1"}, &sdk.ClientOptions{
-		Capabilities: &sdk.ClientCapabilities{},
+	u := &Upstream{cfg: cfg}
+	u.client = sdk.NewClient(&sdk.Implementation{Name: "airlock", Version: "v1"}, &sdk.ClientOptions{
+		Capabilities:           &sdk.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) { u.changed() },
 	})
-	return &Upstream{cfg: cfg, client: client}, nil
+	return u, nil
 }
 
 // Name is the upstream's name.
@@ -92,30 +100,45 @@ func (u *Upstream) transport() sdk.Transport {
 		cmd.Env = append(cmd.Env, k+"="+u.cfg.Env[k])
 	}
 	cmd.Stderr = logWriter{log: u.cfg.Logger, upstream: u.cfg.Name}
+	cmd.Dir = u.cfg.Dir
+	// The program dies with Airlock: a killed serve leaves no upstream
+	// behind for the next start to run beside.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return &sdk.CommandTransport{Command: cmd}
 }
 
 // connect returns the session, connecting and listing the tools when
-// there is none. ctx bounds the connection, within ListTimeout.
-func (u *Upstream) connect(ctx context.Context) (*sdk.ClientSession, error) {
+// there is none (fresh reports that). ctx bounds the connection, within
+// ListTimeout. After a failure to connect, connect fails at once for
+// RetryAfter: a dead or hung upstream costs one ListTimeout per
+// RetryAfter, not one per call.
+func (u *Upstream) connect(ctx context.Context) (s *sdk.ClientSession, fresh bool, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.session != nil {
-		return u.session, nil
+		return u.session, false, nil
+	}
+	if u.failed != nil && time.Since(u.failedAt) < RetryAfter {
+		return nil, false, u.failed
 	}
 	lctx, cancel := context.WithTimeout(ctx, u.cfg.ListTimeout)
 	defer cancel()
-	s, err := u.client.Connect(lctx, u.transport(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("mcp upstream %s: connect: %w", u.cfg.Name, err)
+	s, err = u.client.Connect(lctx, u.transport(), nil)
+	if err == nil {
+		var defs map[string]*sdk.Tool
+		if defs, err = list(lctx, s); err != nil {
+			_ = s.Close()
+			err = fmt.Errorf("list tools: %w", err)
+		} else {
+			u.session, u.defs, u.listed, u.stale = s, defs, time.Now(), false
+		}
 	}
-	defs, err := list(lctx, s)
 	if err != nil {
-		_ = s.Close()
-		return nil, fmt.Errorf("mcp upstream %s: list tools: %w", u.cfg.Name, err)
+		u.failed, u.failedAt = fmt.Errorf("mcp upstream %s: connect: %w", u.cfg.Name, err), time.Now()
+		return nil, false, u.failed
 	}
-	u.session, u.defs = s, defs
-	return s, nil
+	u.failed = nil
+	return s, true, nil
 }
 
 // list reads every tool the session's server lists, at most MaxTools+1.
@@ -136,30 +159,61 @@ func list(ctx context.Context, s *sdk.ClientSession) (map[string]*sdk.Tool, erro
 	return defs, nil
 }
 
-// definition lists the tools again and returns the definition of the
-// upstream tool name, or nil when the upstream no longer lists it. When
-// the upstream cannot be reached, it returns the newest listing's and
-// the error.
+// definition returns the definition of the upstream tool name as the
+// upstream lists it now, or nil when it no longer lists it: a listing on
+// a session that answers (a dead one is replaced, once). It fails when no
+// live listing can be had: an old listing never stands for the tool's
+// definition now.
 func (u *Upstream) definition(ctx context.Context, name string) (*sdk.Tool, error) {
-	s, err := u.connect(ctx)
-	if err != nil {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		return u.defs[name], err
+	var err error
+	for range 2 {
+		var s *sdk.ClientSession
+		var fresh bool
+		if s, fresh, err = u.connect(ctx); err != nil {
+			return nil, err
+		}
+		if fresh {
+			u.mu.Lock()
+			def := u.defs[name]
+			u.mu.Unlock()
+			return def, nil
+		}
+		lctx, cancel := context.WithTimeout(ctx, u.cfg.ListTimeout)
+		var defs map[string]*sdk.Tool
+		defs, err = list(lctx, s)
+		cancel()
+		if err == nil {
+			u.mu.Lock()
+			if u.session == s {
+				u.defs, u.listed, u.stale = defs, time.Now(), false
+			}
+			u.mu.Unlock()
+			return defs[name], nil
+		}
+		err = fmt.Errorf("mcp upstream %s: list tools: %w", u.cfg.Name, err)
+		u.drop(s) // dead or hung: the next try connects anew
 	}
-	lctx, cancel := context.WithTimeout(ctx, u.cfg.ListTimeout)
-	defer cancel()
-	defs, err := list(lctx, s)
+	return nil, err
+}
+
+// recent returns the definition of name from a listing younger than
+// CacheFor that no tools/list_changed notification has made stale; ok is
+// false when there is none.
+func (u *Upstream) recent(name string) (def *sdk.Tool, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if err != nil {
-		if u.session == s {
-			_ = u.dropLocked()
-		}
-		return u.defs[name], fmt.Errorf("mcp upstream %s: list tools: %w", u.cfg.Name, err)
+	if u.session == nil || u.stale || time.Since(u.listed) > CacheFor {
+		return nil, false
 	}
-	u.defs = defs
-	return defs[name], nil
+	return u.defs[name], true
+}
+
+// changed marks the newest listing stale: the upstream said its tools
+// changed.
+func (u *Upstream) changed() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.stale = true
 }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_-]`)
@@ -179,7 +233,7 @@ func (u *Upstream) airlockName(name string) string {
 // or taken by another of the upstream's tools is left out, with a
 // warning.
 func (u *Upstream) Executors(ctx context.Context) ([]executor.Executor, error) {
-	if _, err := u.connect(ctx); err != nil {
+	if _, _, err := u.connect(ctx); err != nil {
 		return nil, err
 	}
 	u.mu.Lock()

@@ -223,6 +223,7 @@ type App struct {
 	upstreams  []*mcp.Upstream
 	mcpClasses map[string]string
 	mcpCalls   *upstreamCalls
+	tempDirs   []string // removed at shutdown
 	http       *http.Server
 	httpLn     net.Listener
 	httpDone   chan struct{}
@@ -691,6 +692,10 @@ func (a *App) close() {
 		_ = u.Close()
 	}
 	a.upstreams = nil
+	for _, d := range a.tempDirs {
+		_ = os.RemoveAll(d)
+	}
+	a.tempDirs = nil
 	if a.svc != nil {
 		_ = a.svc.Stop()
 		a.svc = nil

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,8 +32,8 @@ func TestExampleToolServerThroughAirlock(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	lines := filepath.Join(dir, "out.log")
 	tool := exec.Command(bin, "--server", n.Server.ClientURL(), "--subject", subject, "--state", filepath.Join(dir, "state.json"), "--out", lines)
-	var stderr strings.Builder
-	tool.Stderr = &stderr
+	stderr := &testenv.Buffer{}
+	tool.Stderr = stderr
 	require.NoError(t, tool.Start())
 	t.Cleanup(func() {
 		_ = tool.Process.Signal(os.Interrupt)

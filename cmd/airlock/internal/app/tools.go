@@ -2,7 +2,9 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -70,6 +72,15 @@ func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor
 	}
 	for _, uc := range cfg.Tools.MCP {
 		uc.LedgerDir = filepath.Join(cfg.DataDir, "ledger", "mcp", uc.Name)
+		if len(uc.Command) > 0 && uc.Dir == "" {
+			// An empty working directory of its own, outside the data dir.
+			dir, err := os.MkdirTemp("", "airlock-mcp-"+uc.Name+"-")
+			if err != nil {
+				return nil, fmt.Errorf("app: mcp upstream %s: %w", uc.Name, err)
+			}
+			a.tempDirs = append(a.tempDirs, dir)
+			uc.Dir = dir
+		}
 		if uc.Logger == nil {
 			uc.Logger = cfg.Logger
 		}
@@ -103,6 +114,14 @@ func operandsOf(reg *executor.Registry) func(context.Context, *events.Request) (
 		ex, ok := reg.Lookup(req.Tool)
 		if !ok {
 			return nil, nil
+		}
+		if d, ok := ex.(interface {
+			DecisionOperands(context.Context, string, json.RawMessage) (map[string]string, error)
+		}); ok {
+			// An MCP upstream's tool: a recent listing, so that a slow
+			// upstream does not hold up the gate (the runner checks
+			// again before the call).
+			return d.DecisionOperands(ctx, req.Workspace, req.Args)
 		}
 		ob, ok := ex.(executor.Operands)
 		if !ok {

@@ -165,10 +165,11 @@ func (f *File) Validate() error {
 		if b, err := hex.DecodeString(t.SHA256); err != nil || len(b) != 32 {
 			errs = append(errs, fmt.Errorf("gateway.tokens[%d]: sha256 must be 64 hex digits (the SHA-256 of the token; airlock mcp token makes one)", i))
 		}
-		if hashes[t.SHA256] {
+		if h := strings.ToLower(t.SHA256); hashes[h] {
 			errs = append(errs, fmt.Errorf("gateway.tokens[%d]: the same token twice: one token is one agent", i))
+		} else {
+			hashes[h] = true
 		}
-		hashes[t.SHA256] = true
 		if t.Creds == "" {
 			errs = append(errs, fmt.Errorf("gateway.tokens[%d]: no creds: name the agent's credential file", i))
 		}

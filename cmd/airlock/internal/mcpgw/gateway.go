@@ -23,6 +23,13 @@ import (
 // notification (to a client that asked for them).
 const DefaultProgressEvery = 5 * time.Second
 
+// RetryArg is the argument every tool takes besides its own: a call that
+// ended (expired, denied, failed, ambiguous) is asked again, as a new
+// request, with the same arguments and a new value here (it becomes the
+// request's idempotency key). The gateway removes it before the tool's
+// own schema checks the arguments.
+const RetryArg = "_airlock_retry"
+
 // Agent is the principal one MCP session acts as.
 type Agent struct {
 	// Name is the agent principal: every call is its request.
@@ -97,6 +104,7 @@ type tool struct {
 	info   events.ToolInfo
 	schema *jsonschema.Schema // nil: args are checked as an object only
 	raw    json.RawMessage    // the input schema shown to clients
+	retry  bool               // raw has RetryArg, which the gateway takes
 }
 
 // New returns a gateway serving the tools of cat.
@@ -115,9 +123,14 @@ func New(cfg Config, cat *events.ToolCatalog) (*Gateway, error) {
 func (g *Gateway) compile(cat *events.ToolCatalog) map[string]*tool {
 	out := map[string]*tool{}
 	for _, info := range cat.Tools {
-		t := &tool{info: info, raw: objectSchema(info.InputSchema)}
+		own := objectSchema(info.InputSchema)
+		t := &tool{info: info}
+		t.raw, t.retry = withRetry(own)
 		c := jsonschema.NewCompiler()
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.raw))
+		// A schema refers to nothing outside itself: no file or URL is
+		// read on the gateway's host.
+		c.UseLoader(jsonschema.SchemeURLLoader{})
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(own))
 		if err == nil {
 			err = c.AddResource("tool.json", doc)
 		}
@@ -131,6 +144,32 @@ func (g *Gateway) compile(cat *events.ToolCatalog) map[string]*tool {
 		out[info.Name] = t
 	}
 	return out
+}
+
+// withRetry adds RetryArg to an object schema's properties; ok is false
+// (and s unchanged) when the tool has a property of that name itself.
+func withRetry(s json.RawMessage) (json.RawMessage, bool) {
+	var m map[string]any
+	if json.Unmarshal(s, &m) != nil {
+		return s, false
+	}
+	props, _ := m["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	if _, taken := props[RetryArg]; taken {
+		return s, false
+	}
+	props[RetryArg] = map[string]any{
+		"type": "string", "minLength": 1, "maxLength": events.MaxIdempotencyKeyBytes,
+		"description": "Leave out. Only to ask again for a call that already ended (expired, denied, failed, ambiguous): the same arguments with a new value here are a new request.",
+	}
+	m["properties"] = props
+	b, err := json.Marshal(m)
+	if err != nil {
+		return s, false
+	}
+	return b, true
 }
 
 // objectSchema is s when it is a JSON object schema ("type": "object",
@@ -296,14 +335,46 @@ func (t *tool) request(a *Agent, raw json.RawMessage) (events.Request, *sdk.Call
 		// (Validate holds the canonical form to MaxArgsBytes).
 		return events.Request{}, toolError(events.CodeArgsTooLarge, fmt.Sprintf("arguments are %d bytes; Airlock takes at most %d bytes of canonical JSON", len(args), events.MaxArgsBytes), nil)
 	}
+	key := ""
+	if t.retry {
+		var err error
+		if args, key, err = takeRetry(args); err != nil {
+			return events.Request{}, toolError(events.CodeInvalidArgs, err.Error(), nil)
+		}
+	}
 	if err := t.check(args); err != nil {
 		return events.Request{}, toolError(events.CodeInvalidArgs, err.Error(), nil)
 	}
-	r := events.Request{Workspace: a.Workspace, Agent: a.Name, Tool: t.info.Name, Args: json.RawMessage(args)}
+	r := events.Request{Workspace: a.Workspace, Agent: a.Name, Tool: t.info.Name, Args: json.RawMessage(args), IdempotencyKey: key}
 	if err := r.Validate(); err != nil {
 		return events.Request{}, toolError(events.CodeOf(err), err.Error(), nil)
 	}
 	return r, nil
+}
+
+// takeRetry removes RetryArg from args (an object) and returns it.
+func takeRetry(args []byte) ([]byte, string, error) {
+	if !bytes.Contains(args, []byte(RetryArg)) {
+		return args, "", nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return args, "", nil // not an object: check says so
+	}
+	raw, ok := m[RetryArg]
+	if !ok {
+		return args, "", nil
+	}
+	var key string
+	if err := json.Unmarshal(raw, &key); err != nil || key == "" {
+		return nil, "", fmt.Errorf("%s must be a non-empty string", RetryArg)
+	}
+	delete(m, RetryArg)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, key, nil
 }
 
 // check holds args to the tool's input schema.
@@ -413,8 +484,8 @@ func render(t *tool, out producers.Outcome, waited time.Duration) (*sdk.CallTool
 			until = out.HoldExpiresAt.UTC().Format(time.RFC3339)
 		}
 		return toolError(events.CodeApprovalRequired, fmt.Sprintf(
-			"held for approval: hold id %s (op %s); nobody approved it within %s. Ask the user to approve it (for example: airlock holds grant %s --digest %s --reason ...) before %s, then call this tool again with the same arguments to get its result; a call with other arguments is another request.",
-			out.HoldID, out.OpID, waited, out.HoldID, out.ArgsDigest, until), base), "held"
+			"held for approval: hold id %s (op %s); nobody approved it within %s. Ask the user to approve hold %s before %s, then call this tool again with the same arguments to get its result; a call with other arguments is another request. Do not try to approve it yourself: only an approver can.",
+			out.HoldID, out.OpID, waited, out.HoldID, until), base), "held"
 	case out.Pending || !out.Terminal():
 		return toolError(events.CodePending, fmt.Sprintf(
 			"op %s is %s and goes on; call this tool again with the same arguments to get its outcome", out.OpID, stateWord(out)), base), "pending"
@@ -425,8 +496,8 @@ func render(t *tool, out producers.Outcome, waited time.Duration) (*sdk.CallTool
 	}
 	advice := map[events.State]string{
 		events.StateDenied:    "The policy refuses this call; calling again returns the same answer.",
-		events.StateExpired:   "Nobody approved it in time. Ask the user whether to try again; the same call again returns this answer.",
-		events.StateFailed:    "Nothing took effect unless the message says otherwise.",
+		events.StateExpired:   "Nobody approved it in time. The same call again returns this answer; to ask again, ask the user first, then call with the same arguments and a new " + RetryArg + " value.",
+		events.StateFailed:    "Nothing took effect unless the message says otherwise. The same call again returns this answer; to try again, call with the same arguments and a new " + RetryArg + " value.",
 		events.StateAmbiguous: "It may have taken effect, in whole or in part; Airlock never runs it again. Check its effect before doing anything else.",
 	}[out.State]
 	return toolError(code, fmt.Sprintf("op %s ended %s: %s. %s", out.OpID, out.State, out.Message, advice), base), string(out.State)

@@ -2,6 +2,8 @@ package mcpgw
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -66,9 +68,42 @@ func TestArgumentsAreHeldToTheSchema(t *testing.T) {
 	// A schema that is no object schema (MCP wants one) is shown, and
 	// checked, as any object.
 	odd := g.tools["odd"]
-	assert.JSONEq(t, `{"type":"object"}`, string(odd.raw))
+	var shown map[string]any
+	require.NoError(t, json.Unmarshal(odd.raw, &shown))
+	assert.Equal(t, "object", shown["type"])
 	_, refused := odd.request(agent, json.RawMessage(`{"any":1}`))
 	assert.Nil(t, refused)
+
+	// The retry argument is every tool's, shown in its schema, taken
+	// out before the tool's own schema (which refuses extra fields)
+	// checks the rest, and made the request's idempotency key.
+	assert.Contains(t, string(exec.raw), RetryArg)
+	r, refused := exec.request(agent, json.RawMessage(`{"argv":["true"],"_airlock_retry":"2"}`))
+	require.Nil(t, refused)
+	assert.Equal(t, "2", r.IdempotencyKey)
+	assert.JSONEq(t, `{"argv":["true"]}`, string(r.Args))
+	plain, _ := exec.request(agent, json.RawMessage(`{"argv":["true"]}`))
+	_, op1 := r.Identity()
+	_, op2 := plain.Identity()
+	assert.NotEqual(t, op1, op2, "a retry is another op")
+	for _, bad := range []string{`{"argv":["true"],"_airlock_retry":""}`, `{"argv":["true"],"_airlock_retry":3}`, `{"argv":["true"],"_airlock_retry":"` + strings.Repeat("k", events.MaxIdempotencyKeyBytes+1) + `"}`} {
+		_, refused = exec.request(agent, json.RawMessage(bad))
+		require.NotNil(t, refused, bad)
+		assert.Contains(t, []events.Code{events.CodeInvalidArgs, events.CodeInvalidIdempotencyKey}, codeOf(refused), "%.60s", bad)
+	}
+}
+
+// A schema that refers to a file is not read from the gateway's disk.
+func TestSchemasReadNothingOutside(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "secret.json")
+	require.NoError(t, os.WriteFile(secret, []byte(`{"type":"object","required":["never"]}`), 0o600))
+	g, err := New(Config{}, &events.ToolCatalog{Tools: []events.ToolInfo{
+		{Name: "sly", Class: events.ClassRead, InputSchema: json.RawMessage(`{"type":"object","$ref":"file://` + secret + `"}`)},
+	}})
+	require.NoError(t, err)
+	assert.Nil(t, g.tools["sly"].schema, "the $ref is refused, so the schema does not compile")
+	_, refused := g.tools["sly"].request(agent, json.RawMessage(`{}`))
+	assert.Nil(t, refused, "checked as an object only, never by the file's schema")
 }
 
 func TestOutcomesAsToolResults(t *testing.T) {
@@ -88,12 +123,13 @@ func TestOutcomesAsToolResults(t *testing.T) {
 	res, label = render(exec, producers.Outcome{OpID: "op1", State: events.StateHeld, Pending: true, Code: events.CodeApprovalRequired, HoldID: "h1", ArgsDigest: "sha256:cd", HoldExpiresAt: &exp}, 3*time.Second)
 	assert.Equal(t, "held", label)
 	assert.True(t, res.IsError)
+	assert.NotContains(t, res.Content[0].(*sdk.TextContent).Text, "holds grant", "the model is not handed the approval command")
 	sc = res.StructuredContent.(map[string]any)
 	assert.Equal(t, events.CodeApprovalRequired, sc["error_code"])
 	assert.Equal(t, "h1", sc["hold_id"])
 	assert.Equal(t, "2026-12-01T10:00:00Z", sc["expires_at"])
 	text := res.Content[0].(*sdk.TextContent).Text
-	for _, want := range []string{"hold id h1", "ask the user to approve it", "call this tool again with the same arguments"} {
+	for _, want := range []string{"hold id h1", "ask the user to approve hold h1", "call this tool again with the same arguments", "do not try to approve it yourself"} {
 		assert.Contains(t, strings.ToLower(text), strings.ToLower(want))
 	}
 

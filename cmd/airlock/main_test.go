@@ -127,7 +127,7 @@ func (l *lockedBuffer) String() string {
 
 // startServer runs airlock serve on dir and addr and waits until it says
 // where it listens.
-func startServer(t *testing.T, dir, addr string, env []string, args ...string) *server {
+func startServer(t testing.TB, dir, addr string, env []string, args ...string) *server {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"serve", "--data", dir, "--listen", addr, "--monitor", "", "--log-level", "warn"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)

@@ -49,7 +49,7 @@ rules:
   - {name: allow-garbage, when: 'tool == "notes__garbage"', action: allow}
 `
 
-func newMCPRig(t *testing.T) *mcpRig {
+func newMCPRig(t testing.TB) *mcpRig {
 	t.Helper()
 	dir, up := t.TempDir(), t.TempDir()
 	g := &mcpRig{root: t.TempDir(), out: filepath.Join(up, "out.log"), calls: filepath.Join(up, "calls.log"),
@@ -91,7 +91,7 @@ gateway:
 
 // stdio launches airlock mcp over stdio as the data dir's agent, the way
 // an MCP client's configuration does, and connects the SDK's client.
-func (g *mcpRig) stdio(t *testing.T, holdWait time.Duration, opts *sdk.ClientOptions) *sdk.ClientSession {
+func (g *mcpRig) stdio(t testing.TB, holdWait time.Duration, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	cmd := exec.Command(binary, "mcp", "--server", g.srv.url, "--data", g.srv.dir, "--ws", "w", "--hold-wait", holdWait.String())
 	stderr := &lockedBuffer{}

@@ -18,6 +18,12 @@ var ErrStarted = errors.New("attempt already started")
 type Ledger struct {
 	Dir  string
 	Name string
+	// NoSync writes records without fsync: they survive a crash of the
+	// process (the kernel has them) but not of the machine. Right where
+	// what the records back is no more durable than that (an embedded
+	// server that fsyncs on an interval loses the op's events to a power
+	// loss too); wrong beside a replicated or always-synced stream.
+	NoSync bool
 }
 
 // validName accepts op and attempt ids as single path elements.
@@ -81,7 +87,7 @@ func (l Ledger) Finish(op, attempt string, result []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := l.replace(p, result, true); err != nil {
+	if err := l.replace(p, result, !l.NoSync); err != nil {
 		return err
 	}
 	return l.syncDir(filepath.Dir(p))
@@ -158,7 +164,7 @@ func (l Ledger) createDurable(p string, b []byte) error {
 		return l.errorf("%w", err)
 	}
 	_, err = f.Write(b)
-	if err == nil {
+	if err == nil && !l.NoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -196,6 +202,9 @@ func (l Ledger) replace(p string, b []byte, sync bool) error {
 }
 
 func (l Ledger) syncDir(dir string) error {
+	if l.NoSync {
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return l.errorf("%w", err)

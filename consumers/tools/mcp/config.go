@@ -78,6 +78,10 @@ type UpstreamConfig struct {
 	// LedgerDir holds the ledger of the upstream's calls, one directory
 	// per tool. Required.
 	LedgerDir string
+	// LedgerNoSync writes the ledger without fsync (ledger.Ledger.NoSync):
+	// for an embedded server that fsyncs on an interval, whose op events
+	// a power loss takes too.
+	LedgerNoSync bool
 	// Observe, when set, is told of every call sent to the upstream: the
 	// Airlock tool, how it ended (answered, tool_error, refused,
 	// ambiguous, interrupted) and how long it took.

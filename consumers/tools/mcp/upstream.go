@@ -259,7 +259,7 @@ func (u *Upstream) Executors(ctx context.Context) ([]executor.Executor, error) {
 		taken[an] = name
 		def := defs[name]
 		t := &Tool{u: u, name: an, remote: name, class: classify(u.cfg.classOf(name), def.Annotations),
-			ledger: ledger.Ledger{Dir: u.cfg.LedgerDir + "/" + an, Name: "mcp " + an}}
+			ledger: ledger.Ledger{Dir: u.cfg.LedgerDir + "/" + an, Name: "mcp " + an, NoSync: u.cfg.LedgerNoSync}}
 		if err := os.MkdirAll(t.ledger.Dir, 0o700); err != nil {
 			return nil, fmt.Errorf("mcp upstream %s: ledger dir: %w", u.cfg.Name, err)
 		}

@@ -72,6 +72,11 @@ func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor
 	}
 	for _, uc := range cfg.Tools.MCP {
 		uc.LedgerDir = filepath.Join(cfg.DataDir, "ledger", "mcp", uc.Name)
+		// Beside an embedded server that fsyncs on an interval, a power
+		// loss takes the op's events too: the ledger need not be more
+		// durable than they are. Beside --fsync always or an external
+		// (replicated) NATS, it must survive what they survive.
+		uc.LedgerNoSync = cfg.NATSURL == "" && !cfg.SyncAlways
 		if len(uc.Command) > 0 && uc.Dir == "" {
 			// An empty working directory of its own, outside the data dir.
 			dir, err := os.MkdirTemp("", "airlock-mcp-"+uc.Name+"-")

@@ -37,6 +37,7 @@ const (
 	CodeInvalidResolution   Code = "INVALID_RESOLUTION"
 	CodeInvalidControl      Code = "INVALID_CONTROL"
 	CodeNotAuthorized       Code = "NOT_AUTHORIZED"
+	CodeInvalidSignature    Code = "INVALID_SIGNATURE"
 
 	// Execution.
 	CodeNoExecutor          Code = "NO_EXECUTOR"
@@ -81,7 +82,7 @@ var AllCodes = []Code{
 	CodeInvalidArgs, CodeInvalidName, CodeInvalidIdempotencyKey, CodeSubjectMismatch,
 	CodeCapabilityDenied, CodeWorkspaceLocked, CodePolicyDenied, CodeApprovalRequired, CodeHoldExpired,
 	CodeHoldNotFound, CodeHoldResolved, CodeGrantDigestMismatch, CodeApprovalDenied, CodeResumeDenied,
-	CodeInvalidResolution, CodeInvalidControl, CodeNotAuthorized,
+	CodeInvalidResolution, CodeInvalidControl, CodeNotAuthorized, CodeInvalidSignature,
 	CodeNoExecutor, CodeExecutorFailed, CodeResultTooLarge, CodeRequestUnavailable, CodeAmbiguous,
 	CodeOperandsChanged, CodePrivilegeEscalation, CodePathEscape, CodeInvalidPatch, CodePatchConflict,
 	CodeRemoteUnavailable, CodeNoWorkspaceRoot,

@@ -59,6 +59,9 @@ type Resolution struct {
 	ArgsDigest string   `json:"args_digest"`
 	Decision   Decision `json:"decision"`
 	Reason     string   `json:"reason"`
+	// Approval is the approver's signed statement of this resolution,
+	// which the gate requires of every approver with a key (ADR 0021).
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // ModeControl is an operator's command setting a workspace's permission

@@ -26,6 +26,7 @@ var (
 	ErrInvalidResolution     = &Error{Code: CodeInvalidResolution}
 	ErrInvalidControl        = &Error{Code: CodeInvalidControl}
 	ErrNotAuthorized         = &Error{Code: CodeNotAuthorized}
+	ErrInvalidSignature      = &Error{Code: CodeInvalidSignature}
 	ErrNoExecutor            = &Error{Code: CodeNoExecutor}
 	ErrExecutorFailed        = &Error{Code: CodeExecutorFailed}
 	ErrResultTooLarge        = &Error{Code: CodeResultTooLarge}
@@ -75,6 +76,7 @@ var sentinels = []*Error{
 	ErrInvalidResolution,
 	ErrInvalidControl,
 	ErrNotAuthorized,
+	ErrInvalidSignature,
 	ErrNoExecutor,
 	ErrExecutorFailed,
 	ErrResultTooLarge,

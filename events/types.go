@@ -144,6 +144,9 @@ type Granted struct {
 	Approver    string `json:"approver"`
 	ApproverKey string `json:"approver_key,omitempty"`
 	Reason      string `json:"reason"`
+	// Approval is the approver's signed statement, checked by the gate
+	// (ADR 0021); omitted where the approver has no key (--no-auth).
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // Denied records a denial by policy, by an approver, or on resume. Terminal.
@@ -160,6 +163,9 @@ type Denied struct {
 	Actor    string `json:"actor,omitempty"`
 	ActorKey string `json:"actor_key,omitempty"`
 	HoldID   string `json:"hold_id,omitempty"`
+	// Approval is the approver's signed statement of a denial of a hold
+	// (ADR 0021).
+	Approval *Approval `json:"approval,omitempty"`
 }
 
 // Expired records that a hold passed its expiry unresolved. Terminal.

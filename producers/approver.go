@@ -27,18 +27,44 @@ type Approver struct {
 	nc        *nats.Conn
 	principal string
 	q         *Client
+	seed      []byte // the approver's nkey seed; nil signs nothing
+	clock     func() time.Time
+}
+
+// ApproverOption configures an Approver.
+type ApproverOption func(*Approver) error
+
+// WithApproverKey gives the approver the seed ("SU...", as in its creds
+// file) of its credential: every grant and deny then carries a statement
+// signed with it (events.Approval), which the gate requires of an
+// approver with a key (ADR 0021). The approver keeps a copy; the caller
+// may clear its own.
+func WithApproverKey(seed []byte) ApproverOption {
+	return func(a *Approver) error {
+		if _, err := events.SignApproval(events.ApprovalStatement{}, seed); err != nil {
+			return fmt.Errorf("producers: approver key: %w", err)
+		}
+		a.seed = append([]byte(nil), seed...)
+		return nil
+	}
 }
 
 // NewApprover returns an approver for principal on nc, which the caller
 // owns.
-func NewApprover(nc *nats.Conn, principal string) (*Approver, error) {
+func NewApprover(nc *nats.Conn, principal string, opts ...ApproverOption) (*Approver, error) {
 	if !events.ValidName(principal) {
 		return nil, fmt.Errorf("producers: principal %q is not a valid name", principal)
 	}
 	if nc == nil {
 		return nil, errors.New("producers: nil connection")
 	}
-	return &Approver{nc: nc, principal: principal, q: &Client{nc: nc}}, nil
+	a := &Approver{nc: nc, principal: principal, q: &Client{nc: nc}, clock: time.Now}
+	for _, o := range opts {
+		if err := o(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // Hold returns the held (or once held) op a hold id names, from the
@@ -131,7 +157,23 @@ func (a *Approver) resolveHold(ctx context.Context, holdID string, res events.Re
 	if err != nil {
 		return events.Reply{}, err
 	}
+	if a.seed != nil {
+		if res.Approval, err = a.sign(op, res); err != nil {
+			return events.Reply{}, err
+		}
+	}
 	return a.Resolve(ctx, op.Workspace, res)
+}
+
+// sign makes the signed statement of res on op's hold: what the hold
+// covers as the projection shows it (the gate checks it against the held
+// event itself), the decision, the reason's digest, the time.
+func (a *Approver) sign(op *events.Op, res events.Resolution) (*events.Approval, error) {
+	return events.SignApproval(events.ApprovalStatement{
+		HoldID: res.HoldID, OpID: op.ID, Workspace: op.Workspace, ArgsDigest: res.ArgsDigest,
+		Operands: op.Operands, Decision: res.Decision, ReasonDigest: events.ReasonDigest(res.Reason),
+		PolicyHash: op.PolicyHash, Approver: a.principal, At: a.clock(),
+	}, a.seed)
 }
 
 // Resolve sends one resolution of a hold in workspace ws. A refusal
@@ -139,7 +181,19 @@ func (a *Approver) resolveHold(ctx context.Context, holdID string, res events.Re
 // *events.Error, returned with the reply that says where the op stands.
 // Sending the same resolution again is safe: the gate answers that it
 // stands (Reply.Existing).
+//
+// An approver with a key (WithApproverKey) signs res when it carries no
+// approval yet, from the hold as the projection shows it.
 func (a *Approver) Resolve(ctx context.Context, ws string, res events.Resolution) (events.Reply, error) {
+	if a.seed != nil && res.Approval == nil {
+		op, err := a.Hold(ctx, res.HoldID)
+		if err != nil {
+			return events.Reply{}, err
+		}
+		if res.Approval, err = a.sign(op, res); err != nil {
+			return events.Reply{}, err
+		}
+	}
 	return command(ctx, a.nc, events.ResolveSubject(ws, a.principal), res)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/spf13/cobra"
 )
@@ -26,7 +27,18 @@ func (g *globals) approver() (*producers.Approver, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := producers.NewApprover(nc, principal(g.credsFor("approver"), "approver"))
+	var opts []producers.ApproverOption
+	if path := g.credsFor("approver"); path != "" {
+		// Every grant and deny is signed with the approver's own key.
+		seed, err := authority.Seed(path)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		defer clear(seed)
+		opts = append(opts, producers.WithApproverKey(seed))
+	}
+	a, err := producers.NewApprover(nc, principal(g.credsFor("approver"), "approver"), opts...)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

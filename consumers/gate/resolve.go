@@ -95,6 +95,13 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			r.State, r.Hold = events.StateHeld, info
 			return r, nil
 		}
+		if err := g.checkApproval(held, who, res); err != nil {
+			e := err.(*events.Error)
+			r, _ := refuse(e.Code, "%s", e.Message)
+			r.State, r.Hold = events.StateHeld, info
+			g.cfg.Logger.Warn("resolution refused: its approval does not check out", "op", opID, "ws", ws, "hold", held.HoldID, "approver", who.Name, "err", e.Message)
+			return r, nil
+		}
 		typ, data, state := g.resolution(held, who, res)
 		seq, err := g.w.Append(ctx, g.ops, op, last.Seq, typ, Source, data)
 		if oplog.IsConflict(err) {
@@ -109,17 +116,41 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 	return events.Reply{}, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
 }
 
+// checkApproval requires of an approver with a key a statement, signed
+// with that key, that says exactly what res does to held (ADR 0021). An
+// approver without a key (a server that authenticates nobody) signs
+// nothing.
+func (g *Gate) checkApproval(held *events.Held, who Principal, res *events.Resolution) error {
+	if who.Key == "" {
+		return nil
+	}
+	if res.Approval == nil {
+		return events.Errorf(events.CodeInvalidSignature, "the resolution carries no signed statement: an approver with a key signs every grant and deny (airlock holds grant does, with the approver's credential)")
+	}
+	want := events.ApprovalStatement{
+		HoldID: held.HoldID, OpID: held.OpID, Workspace: held.Workspace, ArgsDigest: held.ArgsDigest,
+		Decision: res.Decision, ReasonDigest: events.ReasonDigest(res.Reason), PolicyHash: held.PolicyHash, Approver: who.Name,
+	}
+	if held.Request != nil {
+		want.Operands = held.Request.Operands
+	}
+	if err := res.Approval.Matches(want, g.cfg.Clock()); err != nil {
+		return err
+	}
+	return res.Approval.Verify(who.Key)
+}
+
 // resolution is the event that applies res to held.
 func (g *Gate) resolution(held *events.Held, who Principal, res *events.Resolution) (events.Type, any, events.State) {
 	if res.Decision == events.DecisionGrant {
 		return events.TypeGranted, &events.Granted{
 			OpHeader: held.OpHeader, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest,
-			Approver: who.Name, ApproverKey: who.Key, Reason: res.Reason,
+			Approver: who.Name, ApproverKey: who.Key, Reason: res.Reason, Approval: res.Approval,
 		}, events.StateGranted
 	}
 	return events.TypeDenied, &events.Denied{
 		OpHeader: held.OpHeader, Code: events.CodeApprovalDenied, Reason: res.Reason,
-		Actor: who.Name, ActorKey: who.Key, HoldID: held.HoldID,
+		Actor: who.Name, ActorKey: who.Key, HoldID: held.HoldID, Approval: res.Approval,
 	}, events.StateDenied
 }
 

@@ -66,7 +66,9 @@ func agentClient(t *testing.T, a *app.App) *producers.Client {
 
 func approverAs(t *testing.T, a *app.App, name string) *producers.Approver {
 	t.Helper()
-	ap, err := producers.NewApprover(connectAs(t, a, name), name)
+	seed, err := authority.Seed(a.Authority.CredsPath(name))
+	require.NoError(t, err)
+	ap, err := producers.NewApprover(connectAs(t, a, name), name, producers.WithApproverKey(seed))
 	require.NoError(t, err)
 	return ap
 }

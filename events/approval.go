@@ -1,0 +1,190 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/nats-io/nkeys"
+)
+
+// ApprovalVersion is the version of the approval statement format.
+const ApprovalVersion = 1
+
+// ApprovalContext separates an approval's signature from any other
+// signature the same key makes: what is signed is this line and the
+// statement's digest (docs/approvals.md).
+const ApprovalContext = "airlock-approval-v1\n"
+
+// MaxApprovalSkew bounds how far a statement's time may be from the
+// gate's clock when the gate receives it.
+const MaxApprovalSkew = 5 * time.Minute
+
+// Signature algorithms of an approval.
+const (
+	// AlgEd25519 is a signature by the approver's nkey (ed25519), the key
+	// of its credential, as `airlock holds grant` makes it.
+	AlgEd25519 = "ed25519-nkey"
+)
+
+// ApprovalStatement is what an approver signs when it grants or denies
+// a hold: the hold, the op, exactly what would run (the args' digest, the
+// operands' hashes), the decision, a digest of the reason, the policy
+// that held it, who, and when. Its digest is the SHA-256 of its
+// canonical JSON (ADR 0021).
+type ApprovalStatement struct {
+	V          int    `json:"v"`
+	HoldID     string `json:"hold_id"`
+	OpID       string `json:"op_id"`
+	Workspace  string `json:"workspace"`
+	ArgsDigest string `json:"args_digest"`
+	// Operands are the hashes of the files the call touches, keyed by
+	// the digest of each path, as the hold recorded them.
+	Operands     map[string]string `json:"operands,omitempty"`
+	Decision     Decision          `json:"decision"`
+	ReasonDigest string            `json:"reason_digest"`
+	PolicyHash   string            `json:"policy_hash"`
+	Approver     string            `json:"approver"`
+	// At is when the approver signed, in UTC, to the millisecond.
+	At time.Time `json:"at"`
+}
+
+// ApprovalSignature is a signature over an ApprovalStatement.
+type ApprovalSignature struct {
+	// Alg is AlgEd25519.
+	Alg string `json:"alg"`
+	// Key is the public key that signed ("U...").
+	Key string `json:"key"`
+	// Sig is the signature, base64url without padding.
+	Sig string `json:"sig"`
+}
+
+// Approval is a signed statement, carried by a resolution and recorded
+// in the granted or denied event it leads to.
+type Approval struct {
+	Statement ApprovalStatement `json:"statement"`
+	Signature ApprovalSignature `json:"signature"`
+}
+
+// Digest is "sha256:" and the hex SHA-256 of the statement's canonical
+// JSON.
+func (s *ApprovalStatement) Digest() (string, error) {
+	b, err := MarshalJSON(s)
+	if err != nil {
+		return "", err
+	}
+	c, err := Canonical(b)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// signingInput is what the key signs: ApprovalContext and the digest.
+func (s *ApprovalStatement) signingInput() ([]byte, error) {
+	d, err := s.Digest()
+	if err != nil {
+		return nil, err
+	}
+	return []byte(ApprovalContext + d), nil
+}
+
+// ReasonDigest is the digest a statement gives of a reason.
+func ReasonDigest(reason string) string { return Digest([]byte(reason)) }
+
+// SignApproval signs s with the nkey seed of the approver's credential.
+func SignApproval(s ApprovalStatement, seed []byte) (*Approval, error) {
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return nil, fmt.Errorf("approval: key: %w", err)
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, fmt.Errorf("approval: key: %w", err)
+	}
+	s.V = ApprovalVersion
+	s.At = s.At.UTC().Truncate(time.Millisecond)
+	in, err := s.signingInput()
+	if err != nil {
+		return nil, err
+	}
+	sig, err := kp.Sign(in)
+	if err != nil {
+		return nil, fmt.Errorf("approval: sign: %w", err)
+	}
+	return &Approval{Statement: s, Signature: ApprovalSignature{Alg: AlgEd25519, Key: pub, Sig: base64.RawURLEncoding.EncodeToString(sig)}}, nil
+}
+
+// Verify checks that a's signature is a valid one by key over a's
+// statement. It says nothing of what the statement says: Matches does.
+func (a *Approval) Verify(key string) error {
+	if a.Signature.Alg != AlgEd25519 {
+		return Errorf(CodeInvalidSignature, "signature algorithm %q is not %s", a.Signature.Alg, AlgEd25519)
+	}
+	if a.Signature.Key != key {
+		return Errorf(CodeInvalidSignature, "signed by key %s, not the approver's %s", a.Signature.Key, key)
+	}
+	kp, err := nkeys.FromPublicKey(key)
+	if err != nil {
+		return Errorf(CodeInvalidSignature, "approver key %q: %v", key, err)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(a.Signature.Sig)
+	if err != nil {
+		return Errorf(CodeInvalidSignature, "signature is not base64url: %v", err)
+	}
+	in, err := a.Statement.signingInput()
+	if err != nil {
+		return Errorf(CodeInvalidSignature, "statement: %v", err)
+	}
+	if err := kp.Verify(in, sig); err != nil {
+		return Errorf(CodeInvalidSignature, "the signature does not verify over the statement (digest %s): it was made over another statement, or with another key", mustDigest(&a.Statement))
+	}
+	return nil
+}
+
+func mustDigest(s *ApprovalStatement) string {
+	d, err := s.Digest()
+	if err != nil {
+		return "?"
+	}
+	return d
+}
+
+// Matches checks that a's statement says what want says, but for its
+// time, which must be within MaxApprovalSkew of now.
+func (a *Approval) Matches(want ApprovalStatement, now time.Time) error {
+	s := a.Statement
+	var diffs []error
+	check := func(field, got, want string) {
+		if got != want {
+			diffs = append(diffs, fmt.Errorf("%s is %q, not %q", field, got, want))
+		}
+	}
+	if s.V != ApprovalVersion {
+		diffs = append(diffs, fmt.Errorf("v is %d, not %d", s.V, ApprovalVersion))
+	}
+	check("hold_id", s.HoldID, want.HoldID)
+	check("op_id", s.OpID, want.OpID)
+	check("workspace", s.Workspace, want.Workspace)
+	check("args_digest", s.ArgsDigest, want.ArgsDigest)
+	check("decision", string(s.Decision), string(want.Decision))
+	check("reason_digest", s.ReasonDigest, want.ReasonDigest)
+	check("policy_hash", s.PolicyHash, want.PolicyHash)
+	check("approver", s.Approver, want.Approver)
+	if !maps.Equal(s.Operands, want.Operands) {
+		diffs = append(diffs, errors.New("operands are not the hold's"))
+	}
+	if skew := now.Sub(s.At); skew > MaxApprovalSkew || skew < -MaxApprovalSkew {
+		diffs = append(diffs, fmt.Errorf("at %s is %s from now; at most %s", s.At.Format(time.RFC3339Nano), skew.Round(time.Second), MaxApprovalSkew))
+	}
+	if len(diffs) > 0 {
+		return Errorf(CodeInvalidSignature, "the signed statement is not this resolution's: %v", errors.Join(diffs...))
+	}
+	return nil
+}

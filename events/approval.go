@@ -124,36 +124,35 @@ func SignApproval(s ApprovalStatement, seed []byte) (*Approval, error) {
 // Verify checks that a's signature is a valid one by key over a's
 // statement. It says nothing of what the statement says: Matches does.
 func (a *Approval) Verify(key string) error {
-	if a.Signature.Alg != AlgEd25519 {
-		return Errorf(CodeInvalidSignature, "signature algorithm %q is not %s", a.Signature.Alg, AlgEd25519)
-	}
 	if a.Signature.Key != key {
 		return Errorf(CodeInvalidSignature, "signed by key %s, not the approver's %s", a.Signature.Key, key)
+	}
+	d, err := a.Statement.Digest()
+	if err != nil {
+		return Errorf(CodeInvalidSignature, "statement: %v", err)
+	}
+	return VerifyStatementSignature(a.Signature.Alg, key, d, a.Signature.Sig)
+}
+
+// VerifyStatementSignature checks sig (base64url) by key over the
+// statement whose digest is statement: what an auditor checks with the
+// digest alone, as the audit log keeps it.
+func VerifyStatementSignature(alg, key, statement, sig string) error {
+	if alg != AlgEd25519 {
+		return Errorf(CodeInvalidSignature, "signature algorithm %q is not %s", alg, AlgEd25519)
 	}
 	kp, err := nkeys.FromPublicKey(key)
 	if err != nil {
 		return Errorf(CodeInvalidSignature, "approver key %q: %v", key, err)
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(a.Signature.Sig)
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil {
 		return Errorf(CodeInvalidSignature, "signature is not base64url: %v", err)
 	}
-	in, err := a.Statement.signingInput()
-	if err != nil {
-		return Errorf(CodeInvalidSignature, "statement: %v", err)
-	}
-	if err := kp.Verify(in, sig); err != nil {
-		return Errorf(CodeInvalidSignature, "the signature does not verify over the statement (digest %s): it was made over another statement, or with another key", mustDigest(&a.Statement))
+	if err := kp.Verify([]byte(ApprovalContext+statement), raw); err != nil {
+		return Errorf(CodeInvalidSignature, "the signature does not verify over the statement %s: it was made over another statement, or with another key", statement)
 	}
 	return nil
-}
-
-func mustDigest(s *ApprovalStatement) string {
-	d, err := s.Digest()
-	if err != nil {
-		return "?"
-	}
-	return d
 }
 
 // Matches checks that a's statement says what want says, but for its

@@ -351,19 +351,25 @@ func newAuditProve(g *globals) *cobra.Command {
 
 func newAuditCheckProof(g *globals) *cobra.Command {
 	var (
-		keyPath    string
-		asJSON     bool
-		resultPath string
+		keyPath       string
+		asJSON        bool
+		resultPath    string
+		approversPath string
 	)
 	cmd := &cobra.Command{
-		Use:   "check-proof FILE [--result RESULT]",
+		Use:   "check-proof FILE [--result RESULT] [--approvers FILE]",
 		Short: "Check an op proof with the verifier key and nothing else",
 		Long: `Check an op proof with the verifier key and nothing else.
 
 With --result, also check that RESULT (a file, - for stdin: the result an
 agent got, as airlock ops result printed it) is the result the op
 produced: its digest, over the compacted JSON, is the result_digest of
-the proof's completed event.`,
+the proof's completed event.
+
+Every approval in the proof (a grant or deny signed by its approver) is
+verified: its signature over the statement's digest, with the key the
+log records for the approver; with --approvers (the output of airlock
+approvers export), with the key that file gives the approver.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyPath == "" {
@@ -384,6 +390,15 @@ the proof's completed event.`,
 			if err != nil {
 				return &exitError{code: exitAudit, err: err}
 			}
+			var approvers map[string]string
+			if approversPath != "" {
+				if approvers, err = readApprovers(approversPath); err != nil {
+					return err
+				}
+			}
+			if err := checkApprovals(cmd.OutOrStdout(), p, approvers, asJSON); err != nil {
+				return err
+			}
 			if resultPath != "" {
 				if err := checkResult(cmd.InOrStdin(), resultPath, p); err != nil {
 					return err
@@ -396,6 +411,7 @@ the proof's completed event.`,
 		},
 	}
 	cmd.Flags().StringVar(&resultPath, "result", "", "also check this result (a file, - for stdin) against the proven completed event's result_digest")
+	cmd.Flags().StringVar(&approversPath, "approvers", "", "check each approval's key against this file (airlock approvers export)")
 	cmd.Flags().StringVar(&keyPath, "key", "", "verifier key file (default <data>/audit.pub)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
@@ -464,7 +480,7 @@ func printProof(w io.Writer, p *audit.Proof, asJSON bool) error {
 		typ := events.Type(e.Type).Short()
 		fmt.Fprintf(w, "  #%-8d seq %-8d %-10s %s", l.Index, e.Seq, typ, e.Time)
 		for _, kv := range [][2]string{{"hold", e.Hold}, {"actor", e.Actor}, {"key", e.ActorKey}, {"policy", e.Policy},
-			{"args", e.Args}, {"result", e.Result}, {"code", e.Code}} {
+			{"args", e.Args}, {"result", e.Result}, {"code", e.Code}, {"approval", approvalShort(e.Approval)}} {
 			if kv[1] != "" {
 				fmt.Fprintf(w, " %s=%s", kv[0], kv[1])
 			}
@@ -472,4 +488,12 @@ func printProof(w io.Writer, p *audit.Proof, asJSON bool) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// approvalShort is the statement digest of a leaf's approval, or "".
+func approvalShort(a string) string {
+	if f := strings.Fields(a); len(f) == 4 {
+		return f[2]
+	}
+	return ""
 }

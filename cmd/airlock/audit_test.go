@@ -118,6 +118,25 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	}
 	assert.Equal(t, []string{"dev.airlock.op.held.v1", "dev.airlock.op.granted.v1", "dev.airlock.op.decided.v1",
 		"dev.airlock.op.claimed.v1", "dev.airlock.op.started.v1", "dev.airlock.op.completed.v1"}, types[:6])
+	// The grant's approval: signed by the approver's own key, verified
+	// offline with the log's key and with the exported approvers' keys.
+	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub)
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+	assert.Regexp(t, `approval #\d+ by approver: signature over statement sha256:[0-9a-f]{64} verified with the key the log records \(U`, out)
+	approvers := filepath.Join(t.TempDir(), "approvers.json")
+	out, errOut, code = run(t, "approvers", "export", "--data", dir)
+	require.Equal(t, 0, code, errOut)
+	require.NoError(t, os.WriteFile(approvers, []byte(out), 0o644))
+	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub, "--approvers", approvers)
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+	assert.Contains(t, out, "verified with the approvers file's key")
+	// An approvers file that gives the approver another key fails it.
+	other := filepath.Join(t.TempDir(), "other.json")
+	require.NoError(t, os.WriteFile(other, []byte(`{"approvers":[{"name":"approver","public_key":"UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NFCNAR"}]}`), 0o644))
+	_, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub, "--approvers", other)
+	assert.Equal(t, exitAudit, code)
+	assert.Contains(t, errOut, "but the approvers file gives approver the key")
+
 	// A changed proof does not check.
 	tampered := filepath.Join(t.TempDir(), "bad.proof")
 	pf, err := os.ReadFile(proofFile)

@@ -72,7 +72,7 @@ func newRoot(g *globals) *cobra.Command {
 	pf.StringVar(&g.server, "server", server, "NATS URL of Airlock (env AIRLOCK_SERVER)")
 	pf.StringVar(&g.creds, "creds", os.Getenv("AIRLOCK_CREDS"), "credential (nkey seed) file to connect with (env AIRLOCK_CREDS); default: the command's role in <data>/creds, if there")
 	pf.StringVar(&g.data, "data", envOr("AIRLOCK_DATA", "./airlock-data"), "data directory: where serve keeps its state and client commands find default credentials (env AIRLOCK_DATA)")
-	root.AddCommand(newServe(g), newSubmit(g), newOps(g), newBench(), newHolds(g), newCtl(g), newPolicy(), newCreds(g), newAudit(g), newReplay(g), newWatch(g), newMCP(g))
+	root.AddCommand(newServe(g), newSubmit(g), newOps(g), newBench(), newHolds(g), newCtl(g), newPolicy(), newCreds(g), newAudit(g), newReplay(g), newWatch(g), newMCP(g), newApprovers(g))
 	// An unknown subcommand is a usage error too.
 	root.Args = usageArgs(cobra.NoArgs)
 	root.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -12,7 +13,13 @@ import (
 
 // LeafVersion is the version byte every leaf starts with. A new field or a
 // new meaning makes a new version; a verifier reads every version it knows.
-const LeafVersion = 1
+// Version 2 adds Approval after every field of version 1; a leaf without
+// an approval is written as version 1, so every leaf of an older log keeps
+// its bytes and its hash.
+const (
+	LeafVersion         = 1
+	LeafVersionApproval = 2
+)
 
 // MaxLeafBytes bounds one encoded leaf. Every field is a name, a digest or
 // a short code, so a real leaf is a few hundred bytes.
@@ -43,13 +50,42 @@ type Leaf struct {
 	Result   string // the result digest of a completed op
 	Code     string // the code of a denial, failure, ambiguity or rejection
 	Attempt  string
+	// Approval is the approver's signature of a grant or deny (ADR
+	// 0021): "<alg> <key> <statement digest> <signature>", which verifies
+	// with the key alone (VerifyApproval); empty for every other leaf.
+	Approval string
 }
 
-// fields lists the leaf's fields in their encoded order.
+// fields lists the leaf's fields in their encoded order: those of its
+// version.
 func (l *Leaf) fields() []*string {
-	return []*string{&l.Stream, &l.Subject, &l.Type, &l.ID, &l.Source, &l.Time, &l.Digest,
+	f := []*string{&l.Stream, &l.Subject, &l.Type, &l.ID, &l.Source, &l.Time, &l.Digest,
 		&l.Space, &l.Op, &l.Hold, &l.Tool, &l.Agent, &l.Actor, &l.ActorKey, &l.Policy,
 		&l.Args, &l.Result, &l.Code, &l.Attempt}
+	if l.Approval != "" {
+		f = append(f, &l.Approval)
+	}
+	return f
+}
+
+// version is the leaf's version: LeafVersionApproval with an approval.
+func (l *Leaf) version() byte {
+	if l.Approval != "" {
+		return LeafVersionApproval
+	}
+	return LeafVersion
+}
+
+// fieldsOf is the number of string fields of a leaf of version v, or 0
+// for a version this verifier does not know.
+func fieldsOf(v byte) int {
+	switch v {
+	case LeafVersion:
+		return leafFields
+	case LeafVersionApproval:
+		return leafFields + 1
+	}
+	return 0
 }
 
 // Encode returns the leaf's canonical bytes: the version byte, the stream
@@ -58,7 +94,7 @@ func (l *Leaf) fields() []*string {
 // has exactly one encoding and every encoding exactly one leaf.
 func (l *Leaf) Encode() []byte {
 	b := make([]byte, 0, 256)
-	b = append(b, LeafVersion)
+	b = append(b, l.version())
 	b = binary.AppendUvarint(b, l.Seq)
 	b = binary.AppendUvarint(b, uint64(l.Stored.UnixNano()))
 	for _, f := range l.fields() {
@@ -78,7 +114,7 @@ func DecodeLeaf(b []byte) (*Leaf, error) {
 	if len(b) > MaxLeafBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
 	}
-	if len(b) == 0 || b[0] != LeafVersion {
+	if len(b) == 0 || fieldsOf(b[0]) == 0 {
 		return nil, fmt.Errorf("%w: unknown version", ErrBadLeaf)
 	}
 	r := b[1:]
@@ -91,6 +127,9 @@ func DecodeLeaf(b []byte) (*Leaf, error) {
 		return v, nil
 	}
 	l := new(Leaf)
+	if b[0] == LeafVersionApproval {
+		l.Approval = "-" // makes fields() list it; decoded below
+	}
 	var err error
 	if l.Seq, err = next(); err != nil {
 		return nil, err
@@ -136,9 +175,10 @@ func checkLeafOp(b []byte) (stream, op []byte, seq uint64, err error) {
 	if len(b) > MaxLeafBytes {
 		return nil, nil, 0, fmt.Errorf("%w: %d bytes, limit %d", ErrBadLeaf, len(b), MaxLeafBytes)
 	}
-	if len(b) == 0 || b[0] != LeafVersion {
+	if len(b) == 0 || fieldsOf(b[0]) == 0 {
 		return nil, nil, 0, fmt.Errorf("%w: unknown version", ErrBadLeaf)
 	}
+	nfields := fieldsOf(b[0])
 	r := b[1:]
 	next := func() (uint64, error) {
 		v, n := binary.Uvarint(r)
@@ -158,7 +198,7 @@ func checkLeafOp(b []byte) (stream, op []byte, seq uint64, err error) {
 	if _, err = next(); err != nil {
 		return nil, nil, 0, err
 	}
-	for f := range leafFields {
+	for f := range nfields {
 		n, err := next()
 		if err != nil {
 			return nil, nil, 0, err
@@ -180,8 +220,8 @@ func checkLeafOp(b []byte) (stream, op []byte, seq uint64, err error) {
 	return stream, op, seq, nil
 }
 
-// leafFields is the number of string fields of a leaf; opField is the
-// position of Op among them.
+// leafFields is the number of string fields of a version 1 leaf; opField
+// is the position of Op among them.
 var leafFields = len((&Leaf{}).fields())
 
 const opField = 8
@@ -216,9 +256,11 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		l.Hold, l.Args, l.Policy = d.HoldID, d.ArgsDigest, d.PolicyHash
 	case *events.Granted:
 		l.Hold, l.Args, l.Actor, l.ActorKey = d.HoldID, d.ArgsDigest, d.Approver, d.ApproverKey
+		l.Approval = approvalField(d.Approval)
 	case *events.Denied:
 		summary(d.Request)
 		l.Hold, l.Policy, l.Code, l.Actor, l.ActorKey = d.HoldID, d.PolicyHash, string(d.Code), d.Actor, d.ActorKey
+		l.Approval = approvalField(d.Approval)
 	case *events.Expired:
 		l.Hold = d.HoldID
 	case *events.Claimed:
@@ -239,4 +281,37 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		l.Policy = d.Hash
 	}
 	return l
+}
+
+// approvalField is the leaf's form of an approval: its algorithm, key,
+// statement digest and signature, space-separated; "" for none or one
+// whose statement has no digest.
+func approvalField(a *events.Approval) string {
+	if a == nil {
+		return ""
+	}
+	d, err := a.Statement.Digest()
+	if err != nil {
+		return ""
+	}
+	return strings.Join([]string{a.Signature.Alg, a.Signature.Key, d, a.Signature.Sig}, " ")
+}
+
+// VerifyApproval checks a leaf's approval: the signature verifies over
+// the statement digest with the key it names, which must be the leaf's
+// ActorKey. It returns the key and the statement digest. A leaf without
+// an approval is an error.
+func (l *Leaf) VerifyApproval() (key, statement string, err error) {
+	f := strings.Fields(l.Approval)
+	if len(f) != 4 {
+		return "", "", fmt.Errorf("audit: leaf %d has no approval", l.Seq)
+	}
+	alg, key, statement, sig := f[0], f[1], f[2], f[3]
+	if key != l.ActorKey {
+		return "", "", fmt.Errorf("audit: approval of leaf %d is signed by %s, not by the actor's key %s", l.Seq, key, l.ActorKey)
+	}
+	if err := events.VerifyStatementSignature(alg, key, statement, sig); err != nil {
+		return "", "", fmt.Errorf("audit: approval of leaf %d: %w", l.Seq, err)
+	}
+	return key, statement, nil
 }

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/spf13/cobra"
+)
+
+// approversFile is what `approvers export` writes and `audit
+// check-proof --approvers` reads: every approver and its public key.
+type approversFile struct {
+	Approvers []approverKey `json:"approvers"`
+}
+
+type approverKey struct {
+	Name      string `json:"name"`
+	PublicKey string `json:"public_key"`
+}
+
+func newApprovers(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "approvers", Short: "The approvers of the deployment and their public keys"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "export",
+		Short: "Print every approver's public key, for audit check-proof --approvers",
+		Long: `Print every approver's name and public key as JSON. An auditor checks
+the signatures of approvals in a proof against this file, offline:
+airlock audit check-proof PROOF --approvers FILE.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := authority.Ensure(g.data)
+			if err != nil {
+				return err
+			}
+			out := approversFile{Approvers: []approverKey{}}
+			for _, p := range set.Principals() {
+				if p.Role == authority.RoleApprover {
+					out.Approvers = append(out.Approvers, approverKey{Name: p.Name, PublicKey: p.PublicKey})
+				}
+			}
+			printJSON(cmd.OutOrStdout(), out)
+			return nil
+		},
+	})
+	return cmd
+}
+
+// readApprovers reads an approvers file, name to key.
+func readApprovers(path string) (map[string]string, error) {
+	b, err := readLimited(path, 1<<20)
+	if err != nil {
+		return nil, err
+	}
+	var f approversFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("--approvers %s: %v (airlock approvers export writes one)", path, err)
+	}
+	keys := map[string]string{}
+	for _, a := range f.Approvers {
+		keys[a.Name] = a.PublicKey
+	}
+	return keys, nil
+}
+
+// checkApprovals verifies every approval in the proof: its signature with
+// the key it names, which must be the key the leaf records for its actor
+// and, given approvers, the key the approvers file gives that approver.
+// It prints one line an approval.
+func checkApprovals(w io.Writer, p *audit.Proof, approvers map[string]string, quiet bool) error {
+	for _, l := range p.Leaves {
+		if l.Leaf.Approval == "" {
+			continue
+		}
+		key, statement, err := l.Leaf.VerifyApproval()
+		if err != nil {
+			return &exitError{code: exitAudit, err: err}
+		}
+		if approvers != nil {
+			want, ok := approvers[l.Leaf.Actor]
+			if !ok {
+				return &exitError{code: exitAudit, err: fmt.Errorf("approval #%d: %s is not an approver in the approvers file", l.Index, l.Leaf.Actor)}
+			}
+			if want != key {
+				return &exitError{code: exitAudit, err: fmt.Errorf("approval #%d: signed by %s, but the approvers file gives %s the key %s", l.Index, key, l.Leaf.Actor, want)}
+			}
+		}
+		if !quiet {
+			whose := "the key the log records"
+			if approvers != nil {
+				whose = "the approvers file's key"
+			}
+			fmt.Fprintf(w, "approval #%d by %s: signature over statement %s verified with %s (%s)\n", l.Index, l.Leaf.Actor, statement, whose, key)
+		}
+	}
+	return nil
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ type natsNode struct {
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	done  chan struct{}
-	log   *lockedBuffer
+	log   *testenv.Buffer
 	kills int
 }
 
@@ -176,7 +177,7 @@ func (n *natsNode) startWith(t testing.TB, exited func(log string) bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cmd := exec.Command(bin, "-c", n.conf)
-	n.log = &lockedBuffer{}
+	n.log = &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = n.log, n.log
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})
@@ -334,7 +335,7 @@ func launchServe(dir string, env []string, args ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{cmd: cmd, dir: dir, done: make(chan struct{}), stderr: &lockedBuffer{}}
+	s := &server{cmd: cmd, dir: dir, done: make(chan struct{}), stderr: &testenv.Buffer{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -126,7 +127,7 @@ func serveOn(t *testing.T, dir, what string) string {
 	cmd := exec.Command(binary, "serve", "--data", dir, "--listen", freePort(t), "--monitor", "", "--log-level", "error")
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	started := make(chan struct{}, 1)

@@ -107,7 +107,7 @@ func startToolServer(t *testing.T, srv *server, out string) {
 	state := filepath.Join(t.TempDir(), "state.json")
 	cmd := exec.Command(toolServer, "--server", srv.url, "--creds", filepath.Join(srv.dir, "creds", "airlock.creds"),
 		"--subject", "tools.append", "--state", state, "--out", out)
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {

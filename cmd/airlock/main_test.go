@@ -12,13 +12,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 )
@@ -105,24 +105,7 @@ type server struct {
 	// metrics is its /metrics URL, when it serves one (launchServe).
 	metrics string
 	done    chan struct{}
-	stderr  *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr  *testenv.Buffer
 }
 
 // startServer runs airlock serve on dir and addr and waits until it says
@@ -133,7 +116,7 @@ func startServer(t testing.TB, dir, addr string, env []string, args ...string) *
 	cmd.Env = append(os.Environ(), env...)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	s := &server{cmd: cmd, dir: dir, done: make(chan struct{}), stderr: &lockedBuffer{}}
+	s := &server{cmd: cmd, dir: dir, done: make(chan struct{}), stderr: &testenv.Buffer{}}
 	cmd.Stderr = s.stderr
 	require.NoError(t, cmd.Start())
 	urls := make(chan string, 1)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -94,7 +95,7 @@ gateway:
 func (g *mcpRig) stdio(t testing.TB, holdWait time.Duration, opts *sdk.ClientOptions) *sdk.ClientSession {
 	t.Helper()
 	cmd := exec.Command(binary, "mcp", "--server", g.srv.url, "--data", g.srv.dir, "--ws", "w", "--hold-wait", holdWait.String())
-	stderr := &lockedBuffer{}
+	stderr := &testenv.Buffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -402,7 +403,7 @@ func TestMCPHTTP(t *testing.T) {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	serving := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stderr)

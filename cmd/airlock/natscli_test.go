@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -106,7 +107,7 @@ func (s *server) natsSub(t *testing.T, ctx context.Context, principal, subject, 
 	creds := filepath.Join(s.dir, authority.CredsDir, principal+authority.CredsExt)
 	cmd := exec.CommandContext(ctx, bin, "--server", s.url, "--nkey", creds, "--no-context", "sub", subject)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "HOME="+t.TempDir())
-	out := &lockedBuffer{}
+	out := &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	done := make(chan struct{})

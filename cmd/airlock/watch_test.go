@@ -43,8 +43,8 @@ hold_ttl: 10m
 // watchProc is one `airlock watch` subprocess, its stdout a pipe.
 type watchProc struct {
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
+	stdout *testenv.Buffer
+	stderr *testenv.Buffer
 	done   chan struct{}
 }
 
@@ -52,7 +52,7 @@ type watchProc struct {
 // is watching.
 func startWatch(t *testing.T, srv *server, args ...string) *watchProc {
 	t.Helper()
-	w := &watchProc{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
+	w := &watchProc{stdout: &testenv.Buffer{}, stderr: &testenv.Buffer{}, done: make(chan struct{})}
 	w.cmd = exec.Command(binary, append([]string{"watch", "--server=" + srv.url, "--data=" + srv.dir}, args...)...)
 	w.cmd.Stdout, w.cmd.Stderr = w.stdout, w.stderr
 	require.NoError(t, w.cmd.Start())
@@ -351,7 +351,7 @@ func TestWatchReportsGapsAndRepeats(t *testing.T) {
 			w.msgs <- policy(seq)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		out, errOut := &lockedBuffer{}, &lockedBuffer{}
+		out, errOut := &testenv.Buffer{}, &testenv.Buffer{}
 		done := make(chan error, 1)
 		go func() { done <- w.lines(ctx, out, errOut, true) }()
 		// Printed without waiting for another event, though the burst

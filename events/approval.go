@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -17,7 +16,7 @@ const ApprovalVersion = 1
 
 // ApprovalContext separates an approval's signature from any other
 // signature the same key makes: what is signed is this line and the
-// statement's digest (docs/approvals.md).
+// statement's digest (ADR 0021).
 const ApprovalContext = "airlock-approval-v1\n"
 
 // MaxApprovalSkew bounds how far a statement's time may be from the
@@ -42,15 +41,39 @@ type ApprovalStatement struct {
 	OpID       string `json:"op_id"`
 	Workspace  string `json:"workspace"`
 	ArgsDigest string `json:"args_digest"`
-	// Operands are the hashes of the files the call touches, keyed by
-	// the digest of each path, as the hold recorded them.
-	Operands     map[string]string `json:"operands,omitempty"`
-	Decision     Decision          `json:"decision"`
-	ReasonDigest string            `json:"reason_digest"`
-	PolicyHash   string            `json:"policy_hash"`
-	Approver     string            `json:"approver"`
-	// At is when the approver signed, in UTC, to the millisecond.
-	At time.Time `json:"at"`
+	// OperandsDigest is OperandsDigest of the hashes of the files the
+	// call touches, as the hold recorded them: one digest, however many
+	// files, so a statement stays small.
+	OperandsDigest string   `json:"operands_digest"`
+	Decision       Decision `json:"decision"`
+	ReasonDigest   string   `json:"reason_digest"`
+	PolicyHash     string   `json:"policy_hash"`
+	Approver       string   `json:"approver"`
+	// At is when the approver signed, in exactly the form ApprovalTime
+	// writes (UTC, milliseconds, "Z"), so that any signer writes the same
+	// bytes.
+	At string `json:"at"`
+}
+
+// ApprovalTimeLayout is the one form of a statement's time.
+const ApprovalTimeLayout = "2006-01-02T15:04:05.000Z"
+
+// ApprovalTime is t as a statement gives it.
+func ApprovalTime(t time.Time) string { return t.UTC().Format(ApprovalTimeLayout) }
+
+// OperandsDigest is the digest a statement gives of a hold's operands
+// (path digest to content hash): of their canonical JSON, {} for none.
+func OperandsDigest(operands map[string]string) string {
+	if operands == nil {
+		operands = map[string]string{}
+	}
+	b, err := MarshalJSON(operands)
+	if err == nil {
+		if c, cerr := Canonical(b); cerr == nil {
+			b = c
+		}
+	}
+	return Digest(b)
 }
 
 // ApprovalSignature is a signature over an ApprovalStatement.
@@ -109,7 +132,6 @@ func SignApproval(s ApprovalStatement, seed []byte) (*Approval, error) {
 		return nil, fmt.Errorf("approval: key: %w", err)
 	}
 	s.V = ApprovalVersion
-	s.At = s.At.UTC().Truncate(time.Millisecond)
 	in, err := s.signingInput()
 	if err != nil {
 		return nil, err
@@ -172,18 +194,30 @@ func (a *Approval) Matches(want ApprovalStatement, now time.Time) error {
 	check("op_id", s.OpID, want.OpID)
 	check("workspace", s.Workspace, want.Workspace)
 	check("args_digest", s.ArgsDigest, want.ArgsDigest)
+	check("operands_digest", s.OperandsDigest, want.OperandsDigest)
 	check("decision", string(s.Decision), string(want.Decision))
 	check("reason_digest", s.ReasonDigest, want.ReasonDigest)
 	check("policy_hash", s.PolicyHash, want.PolicyHash)
 	check("approver", s.Approver, want.Approver)
-	if !maps.Equal(s.Operands, want.Operands) {
-		diffs = append(diffs, errors.New("operands are not the hold's"))
-	}
-	if skew := now.Sub(s.At); skew > MaxApprovalSkew || skew < -MaxApprovalSkew {
-		diffs = append(diffs, fmt.Errorf("at %s is %s from now; at most %s", s.At.Format(time.RFC3339Nano), skew.Round(time.Second), MaxApprovalSkew))
+	at, err := time.Parse(ApprovalTimeLayout, s.At)
+	switch {
+	case err != nil || ApprovalTime(at) != s.At:
+		diffs = append(diffs, fmt.Errorf("at %q is not of the form %s", s.At, ApprovalTimeLayout))
+	case now.Sub(at) > MaxApprovalSkew || now.Sub(at) < -MaxApprovalSkew:
+		diffs = append(diffs, fmt.Errorf("at %s is %s from now; at most %s", s.At, now.Sub(at).Round(time.Second), MaxApprovalSkew))
 	}
 	if len(diffs) > 0 {
 		return Errorf(CodeInvalidSignature, "the signed statement is not this resolution's: %v", errors.Join(diffs...))
 	}
 	return nil
+}
+
+// ParseStatement decodes a statement strictly, as the audit log keeps it
+// (one JSON object, no unknown field, nothing after it).
+func ParseStatement(b []byte) (*ApprovalStatement, error) {
+	var s ApprovalStatement
+	if err := decodeCommand(b, &s, CodeInvalidSignature); err != nil {
+		return nil, err
+	}
+	return &s, nil
 }

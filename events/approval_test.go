@@ -18,7 +18,7 @@ func TestApprovalSignAndVerify(t *testing.T) {
 	pub, err := kp.PublicKey()
 	require.NoError(t, err)
 	s := events.ApprovalStatement{HoldID: "hold_" + hex32, OpID: "op_" + hex32, Workspace: "w", ArgsDigest: events.Digest([]byte("{}")),
-		Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("ok"), PolicyHash: "sha256:p", Approver: "ann", At: time.Now()}
+		Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("ok"), PolicyHash: "sha256:p", Approver: "ann", At: events.ApprovalTime(time.Now())}
 	a, err := events.SignApproval(s, seed)
 	require.NoError(t, err)
 	assert.Equal(t, 1, a.Statement.V)

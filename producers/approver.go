@@ -171,8 +171,8 @@ func (a *Approver) resolveHold(ctx context.Context, holdID string, res events.Re
 func (a *Approver) sign(op *events.Op, res events.Resolution) (*events.Approval, error) {
 	return events.SignApproval(events.ApprovalStatement{
 		HoldID: res.HoldID, OpID: op.ID, Workspace: op.Workspace, ArgsDigest: res.ArgsDigest,
-		Operands: op.Operands, Decision: res.Decision, ReasonDigest: events.ReasonDigest(res.Reason),
-		PolicyHash: op.PolicyHash, Approver: a.principal, At: a.clock(),
+		OperandsDigest: events.OperandsDigest(op.Operands), Decision: res.Decision, ReasonDigest: events.ReasonDigest(res.Reason),
+		PolicyHash: op.PolicyHash, Approver: a.principal, At: events.ApprovalTime(a.clock()),
 	}, a.seed)
 }
 

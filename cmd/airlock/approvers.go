@@ -67,17 +67,34 @@ func readApprovers(path string) (map[string]string, error) {
 
 // checkApprovals verifies every approval in the proof: its signature with
 // the key it names, which must be the key the leaf records for its actor
-// and, given approvers, the key the approvers file gives that approver.
-// It prints one line an approval.
+// and, given approvers, the key the approvers file gives that approver;
+// and that its statement is the statement of that leaf's resolution. A
+// grant or deny by an approver with a key but without an approval (a log
+// written before approvals were signed, or a forged one) is reported as
+// unsigned, and fails the check given approvers. It prints one line a
+// resolution.
 func checkApprovals(w io.Writer, p *audit.Proof, approvers map[string]string, quiet bool) error {
 	for _, l := range p.Leaves {
-		if l.Leaf.Approval == "" {
+		if !l.Leaf.Resolution() && l.Leaf.Approval == "" {
 			continue
 		}
-		key, statement, err := l.Leaf.VerifyApproval()
+		if l.Leaf.Approval == "" {
+			if l.Leaf.ActorKey == "" {
+				continue // --no-auth: nobody signs
+			}
+			if approvers != nil {
+				return &exitError{code: exitAudit, err: fmt.Errorf("resolution #%d by %s carries no signed approval", l.Index, l.Leaf.Actor)}
+			}
+			if !quiet {
+				fmt.Fprintf(w, "resolution #%d by %s: UNSIGNED (no approval in the log; with --approvers this fails)\n", l.Index, l.Leaf.Actor)
+			}
+			continue
+		}
+		s, statement, err := l.Leaf.VerifyApproval()
 		if err != nil {
 			return &exitError{code: exitAudit, err: err}
 		}
+		key := l.Leaf.ActorKey
 		if approvers != nil {
 			want, ok := approvers[l.Leaf.Actor]
 			if !ok {
@@ -92,7 +109,8 @@ func checkApprovals(w io.Writer, p *audit.Proof, approvers map[string]string, qu
 			if approvers != nil {
 				whose = "the approvers file's key"
 			}
-			fmt.Fprintf(w, "approval #%d by %s: signature over statement %s verified with %s (%s)\n", l.Index, l.Leaf.Actor, statement, whose, key)
+			fmt.Fprintf(w, "approval #%d: %s of %s by %s at %s, args %s: signature over statement %s verified with %s (%s)\n",
+				l.Index, s.Decision, s.HoldID, s.Approver, s.At, s.ArgsDigest, statement, whose, key)
 		}
 	}
 	return nil

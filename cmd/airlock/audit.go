@@ -490,10 +490,10 @@ func printProof(w io.Writer, p *audit.Proof, asJSON bool) error {
 	return nil
 }
 
-// approvalShort is the statement digest of a leaf's approval, or "".
+// approvalShort says whether a leaf carries an approval.
 func approvalShort(a string) string {
-	if f := strings.Fields(a); len(f) == 4 {
-		return f[2]
+	if a == "" {
+		return ""
 	}
-	return ""
+	return "signed"
 }

@@ -122,17 +122,21 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 // nothing.
 func (g *Gate) checkApproval(held *events.Held, who Principal, res *events.Resolution) error {
 	if who.Key == "" {
+		// Nothing to check it with: it is not recorded either.
+		res.Approval = nil
 		return nil
 	}
 	if res.Approval == nil {
 		return events.Errorf(events.CodeInvalidSignature, "the resolution carries no signed statement: an approver with a key signs every grant and deny (airlock holds grant does, with the approver's credential)")
 	}
+	var operands map[string]string
+	if held.Request != nil {
+		operands = held.Request.Operands
+	}
 	want := events.ApprovalStatement{
 		HoldID: held.HoldID, OpID: held.OpID, Workspace: held.Workspace, ArgsDigest: held.ArgsDigest,
-		Decision: res.Decision, ReasonDigest: events.ReasonDigest(res.Reason), PolicyHash: held.PolicyHash, Approver: who.Name,
-	}
-	if held.Request != nil {
-		want.Operands = held.Request.Operands
+		OperandsDigest: events.OperandsDigest(operands), Decision: res.Decision,
+		ReasonDigest: events.ReasonDigest(res.Reason), PolicyHash: held.PolicyHash, Approver: who.Name,
 	}
 	if err := res.Approval.Matches(want, g.cfg.Clock()); err != nil {
 		return err

@@ -429,6 +429,11 @@ func FuzzLeafRoundTrip(f *testing.F) {
 func FuzzCheckLeafAgreesWithDecode(f *testing.F) {
 	f.Add(sampleLeaf().Encode())
 	f.Add([]byte{1, 0x80, 0, 0})
+	withApproval := sampleLeaf()
+	withApproval.Approval = `ed25519-nkey U sig {"v":1}`
+	f.Add(withApproval.Encode())
+	emptyApproval := append([]byte{audit.LeafVersionApproval}, sampleLeaf().Encode()[1:]...)
+	f.Add(append(emptyApproval, 0))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, derr := audit.DecodeLeaf(b)
 		stream, seq, cerr := audit.CheckLeaf(b)

@@ -50,9 +50,10 @@ type Leaf struct {
 	Result   string // the result digest of a completed op
 	Code     string // the code of a denial, failure, ambiguity or rejection
 	Attempt  string
-	// Approval is the approver's signature of a grant or deny (ADR
-	// 0021): "<alg> <key> <statement digest> <signature>", which verifies
-	// with the key alone (VerifyApproval); empty for every other leaf.
+	// Approval is the approver's signed statement of a grant or deny
+	// (ADR 0021): "<alg> <key> <signature> <statement>", the statement
+	// in canonical JSON, which VerifyApproval checks with the key alone
+	// and against the leaf's own fields; empty for every other leaf.
 	Approval string
 }
 
@@ -206,6 +207,11 @@ func checkLeafOp(b []byte) (stream, op []byte, seq uint64, err error) {
 		if n > uint64(len(r)) {
 			return nil, nil, 0, fmt.Errorf("%w: field longer than the leaf", ErrBadLeaf)
 		}
+		if f == leafFields && n == 0 {
+			// A version 2 leaf with an empty approval is a version 1
+			// leaf written another way: Encode never writes it.
+			return nil, nil, 0, fmt.Errorf("%w: not canonical", ErrBadLeaf)
+		}
 		switch f {
 		case 0:
 			stream = r[:n]
@@ -283,35 +289,83 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 	return l
 }
 
-// approvalField is the leaf's form of an approval: its algorithm, key,
-// statement digest and signature, space-separated; "" for none or one
-// whose statement has no digest.
+// approvalField is the leaf's form of an approval: its algorithm, key and
+// signature, then the statement in canonical JSON, space-separated; ""
+// for none.
 func approvalField(a *events.Approval) string {
 	if a == nil {
 		return ""
 	}
-	d, err := a.Statement.Digest()
+	b, err := events.MarshalJSON(&a.Statement)
+	if err == nil {
+		b, err = events.Canonical(b)
+	}
 	if err != nil {
 		return ""
 	}
-	return strings.Join([]string{a.Signature.Alg, a.Signature.Key, d, a.Signature.Sig}, " ")
+	return strings.Join([]string{a.Signature.Alg, a.Signature.Key, a.Signature.Sig, string(b)}, " ")
+}
+
+// Resolution reports whether the leaf records an approver's grant or
+// deny of a hold: a granted event, or a denied one naming its hold and
+// its actor.
+func (l *Leaf) Resolution() bool {
+	switch events.Type(l.Type) {
+	case events.TypeGranted:
+		return true
+	case events.TypeDenied:
+		return l.Hold != "" && l.Actor != "" && l.Code == string(events.CodeApprovalDenied)
+	}
+	return false
 }
 
 // VerifyApproval checks a leaf's approval: the signature verifies over
-// the statement digest with the key it names, which must be the leaf's
-// ActorKey. It returns the key and the statement digest. A leaf without
-// an approval is an error.
-func (l *Leaf) VerifyApproval() (key, statement string, err error) {
-	f := strings.Fields(l.Approval)
+// the statement with the key it names, which must be the leaf's ActorKey,
+// and the statement says what the leaf records: its hold, op, workspace,
+// approver, decision (grant for granted, deny for denied) and, where the
+// leaf has them, args digest and policy. It returns the statement and
+// its digest. A leaf without an approval is an error.
+func (l *Leaf) VerifyApproval() (*events.ApprovalStatement, string, error) {
+	f := strings.SplitN(l.Approval, " ", 4)
 	if len(f) != 4 {
-		return "", "", fmt.Errorf("audit: leaf %d has no approval", l.Seq)
+		return nil, "", fmt.Errorf("audit: leaf %d has no approval", l.Seq)
 	}
-	alg, key, statement, sig := f[0], f[1], f[2], f[3]
+	alg, key, sig := f[0], f[1], f[2]
+	s, err := events.ParseStatement([]byte(f[3]))
+	if err != nil {
+		return nil, "", fmt.Errorf("audit: approval of leaf %d: statement: %w", l.Seq, err)
+	}
+	digest, err := s.Digest()
+	if err != nil {
+		return nil, "", fmt.Errorf("audit: approval of leaf %d: statement: %w", l.Seq, err)
+	}
 	if key != l.ActorKey {
-		return "", "", fmt.Errorf("audit: approval of leaf %d is signed by %s, not by the actor's key %s", l.Seq, key, l.ActorKey)
+		return nil, "", fmt.Errorf("audit: approval of leaf %d is signed by %s, not by the actor's key %s", l.Seq, key, l.ActorKey)
 	}
-	if err := events.VerifyStatementSignature(alg, key, statement, sig); err != nil {
-		return "", "", fmt.Errorf("audit: approval of leaf %d: %w", l.Seq, err)
+	if err := events.VerifyStatementSignature(alg, key, digest, sig); err != nil {
+		return nil, "", fmt.Errorf("audit: approval of leaf %d: %w", l.Seq, err)
 	}
-	return key, statement, nil
+	decision := events.DecisionDeny
+	if events.Type(l.Type) == events.TypeGranted {
+		decision = events.DecisionGrant
+	}
+	var diffs []string
+	for _, c := range [][3]string{
+		{"hold_id", s.HoldID, l.Hold}, {"op_id", s.OpID, l.Op}, {"workspace", s.Workspace, l.Space},
+		{"approver", s.Approver, l.Actor}, {"decision", string(s.Decision), string(decision)},
+	} {
+		if c[1] != c[2] {
+			diffs = append(diffs, fmt.Sprintf("%s %q, the leaf %q", c[0], c[1], c[2]))
+		}
+	}
+	if l.Args != "" && s.ArgsDigest != l.Args {
+		diffs = append(diffs, fmt.Sprintf("args_digest %q, the leaf %q", s.ArgsDigest, l.Args))
+	}
+	if l.Policy != "" && s.PolicyHash != l.Policy {
+		diffs = append(diffs, fmt.Sprintf("policy_hash %q, the leaf %q", s.PolicyHash, l.Policy))
+	}
+	if len(diffs) > 0 {
+		return nil, "", fmt.Errorf("audit: approval of leaf %d is a statement of another resolution: %s", l.Seq, strings.Join(diffs, "; "))
+	}
+	return s, digest, nil
 }

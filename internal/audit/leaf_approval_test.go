@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestApprovalLeaves(t *testing.T) {
 	pub, _ := kp.PublicKey()
 	op := "op_0123456789abcdef0123456789abcdef"
 	ap, err := events.SignApproval(events.ApprovalStatement{HoldID: events.HoldID(op), OpID: op, Workspace: "w", ArgsDigest: events.Digest([]byte("{}")),
-		Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("ok"), PolicyHash: "sha256:p", Approver: "ann", At: time.Now()}, seed)
+		Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("ok"), PolicyHash: "sha256:p", Approver: "ann", At: events.ApprovalTime(time.Now())}, seed)
 	require.NoError(t, err)
 	g := &events.Granted{OpHeader: events.OpHeader{OpID: op, Workspace: "w"}, HoldID: events.HoldID(op), ArgsDigest: ap.Statement.ArgsDigest,
 		Approver: "ann", ApproverKey: pub, Reason: "ok", Approval: ap}
@@ -32,19 +33,34 @@ func TestApprovalLeaves(t *testing.T) {
 	back, err := audit.DecodeLeaf(b)
 	require.NoError(t, err)
 	assert.Equal(t, l.Approval, back.Approval)
-	key, statement, err := back.VerifyApproval()
+	st, statement, err := back.VerifyApproval()
 	require.NoError(t, err)
-	assert.Equal(t, pub, key)
+	assert.Equal(t, ap.Statement, *st)
 	d, _ := ap.Statement.Digest()
 	assert.Equal(t, d, statement)
 
-	// A leaf whose approval was changed does not verify.
-	other, _ := events.SignApproval(events.ApprovalStatement{HoldID: events.HoldID(op), OpID: op, Decision: events.DecisionDeny, At: time.Now()}, seed)
+	// Another resolution's signed statement, copied into this leaf, is
+	// refused: the statement says another hold, or deny.
+	other, err := events.SignApproval(events.ApprovalStatement{HoldID: "hold_ffffffffffffffffffffffffffffffff", OpID: op, Workspace: "w", Decision: events.DecisionGrant,
+		Approver: "ann", At: events.ApprovalTime(time.Now())}, seed)
+	require.NoError(t, err)
+	g.Approval = other
+	copied := audit.NewLeaf("AIRLOCK_OPS", subject, 7, time.Now(), events.TypeGranted, "id", "airlock/gate", "t", []byte(`{}`), g)
+	_, _, err = copied.VerifyApproval()
+	assert.ErrorContains(t, err, "a statement of another resolution")
+	deny, err := events.SignApproval(events.ApprovalStatement{HoldID: events.HoldID(op), OpID: op, Workspace: "w", ArgsDigest: ap.Statement.ArgsDigest,
+		Decision: events.DecisionDeny, Approver: "ann", At: events.ApprovalTime(time.Now())}, seed)
+	require.NoError(t, err)
+	g.Approval = deny
+	denied := audit.NewLeaf("AIRLOCK_OPS", subject, 7, time.Now(), events.TypeGranted, "id", "airlock/gate", "t", []byte(`{}`), g)
+	_, _, err = denied.VerifyApproval()
+	assert.ErrorContains(t, err, "decision")
+	// A statement changed in the leaf no longer verifies.
 	forged := *back
-	od, _ := other.Statement.Digest()
-	forged.Approval = "ed25519-nkey " + pub + " " + od + " " + ap.Signature.Sig
+	forged.Approval = strings.Replace(back.Approval, `"decision":"grant"`, `"decision":"deny"`, 1)
 	_, _, err = forged.VerifyApproval()
 	assert.ErrorIs(t, err, events.ErrInvalidSignature)
+	g.Approval = ap
 
 	// Without an approval: version 1, as before.
 	g.Approval = nil
@@ -52,10 +68,15 @@ func TestApprovalLeaves(t *testing.T) {
 	assert.Equal(t, byte(audit.LeafVersion), plain.Encode()[0])
 	_, _, err = plain.VerifyApproval()
 	assert.Error(t, err)
-	// A version 2 leaf with an empty approval is not canonical.
+	// A version 2 leaf with an empty approval is not canonical, for the
+	// decoder and the verifier's check alike.
 	bad := plain.Encode()
 	bad[0] = audit.LeafVersionApproval
 	bad = append(bad, 0)
 	_, err = audit.DecodeLeaf(bad)
 	assert.ErrorIs(t, err, audit.ErrBadLeaf)
+	_, _, _, err = audit.CheckLeafOp(bad)
+	assert.ErrorIs(t, err, audit.ErrBadLeaf)
+	_, _, _, err = audit.CheckLeafOp(b)
+	assert.NoError(t, err)
 }

@@ -37,12 +37,15 @@ func TestApprovalsAreSignedStatements(t *testing.T) {
 	}
 	ap, err := producers.NewApprover(connectAs(t, a, "approver"), "approver")
 	require.NoError(t, err)
+	p, ok := a.Authority.Lookup("approver")
+	require.True(t, ok)
+	approverKey := p.PublicKey
 	op, err := ap.Hold(ctxT(t), held.HoldID)
 	require.NoError(t, err)
 	statement := func(mod func(*events.ApprovalStatement)) events.ApprovalStatement {
 		s := events.ApprovalStatement{
-			HoldID: held.HoldID, OpID: held.OpID, Workspace: "review", ArgsDigest: held.ArgsDigest, Operands: op.Operands,
-			Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("checked"), PolicyHash: op.PolicyHash, Approver: "approver", At: time.Now(),
+			HoldID: held.HoldID, OpID: held.OpID, Workspace: "review", ArgsDigest: held.ArgsDigest, OperandsDigest: events.OperandsDigest(op.Operands),
+			Decision: events.DecisionGrant, ReasonDigest: events.ReasonDigest("checked"), PolicyHash: op.PolicyHash, Approver: "approver", At: events.ApprovalTime(time.Now()),
 		}
 		if mod != nil {
 			mod(&s)
@@ -71,16 +74,45 @@ func TestApprovalsAreSignedStatements(t *testing.T) {
 		{"another policy", signed(statement(func(s *events.ApprovalStatement) { s.PolicyHash = "sha256:00" }), "approver"), "checked"},
 		{"another approver's key", signed(statement(nil), "approver2"), "checked"},
 		{"another approver's name", signed(statement(func(s *events.ApprovalStatement) { s.Approver = "approver2" }), "approver2"), "checked"},
-		{"an old statement", signed(statement(func(s *events.ApprovalStatement) { s.At = time.Now().Add(-10 * time.Minute) }), "approver"), "checked"},
+		{"an old statement", signed(statement(func(s *events.ApprovalStatement) { s.At = events.ApprovalTime(time.Now().Add(-10 * time.Minute)) }), "approver"), "checked"},
+		{"a statement from the future", signed(statement(func(s *events.ApprovalStatement) { s.At = events.ApprovalTime(time.Now().Add(10 * time.Minute)) }), "approver"), "checked"},
+		{"a time in another form", signed(statement(func(s *events.ApprovalStatement) { s.At = time.Now().Format(time.RFC3339Nano) }), "approver"), "checked"},
+		{"other operands", signed(statement(func(s *events.ApprovalStatement) {
+			s.OperandsDigest = events.OperandsDigest(map[string]string{events.Digest([]byte("p")): "absent"})
+		}), "approver"), "checked"},
 		{"a statement changed after signing", func() *events.Approval {
+			x := signed(statement(func(s *events.ApprovalStatement) { s.Decision = events.DecisionDeny }), "approver")
+			x.Statement.Decision = events.DecisionGrant
+			return x
+		}(), "checked"},
+		{"another approver's signature under this approver's key", func() *events.Approval {
+			x := signed(statement(nil), "approver2")
+			x.Signature.Key = approverKey
+			return x
+		}(), "checked"},
+		{"a signature that is not base64", func() *events.Approval {
 			x := signed(statement(nil), "approver")
-			x.Statement.Operands = map[string]string{"sha256:" + events.Digest(nil)[7:]: "absent"}
+			x.Signature.Sig = "!!"
+			return x
+		}(), "checked"},
+		{"another algorithm", func() *events.Approval {
+			x := signed(statement(nil), "approver")
+			x.Signature.Alg = "webauthn-es256"
+			return x
+		}(), "checked"},
+		{"another version", func() *events.Approval {
+			x := signed(statement(nil), "approver")
+			x.Statement.V = 2
 			return x
 		}(), "checked"},
 	} {
 		err := send(ap, tc.approval, tc.reason)
 		assert.ErrorIs(t, err, events.ErrInvalidSignature, tc.name)
 	}
+	// A deny is held to the same: a grant's statement does not deny.
+	_, err = ap.Resolve(ctxT(t), "review", events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionDeny,
+		Reason: "checked", Approval: signed(statement(nil), "approver")})
+	assert.ErrorIs(t, err, events.ErrInvalidSignature, "a grant's statement on a deny")
 	op, err = ap.Hold(ctxT(t), held.HoldID)
 	require.NoError(t, err)
 	assert.Equal(t, events.StateHeld, op.State, "nothing was resolved")

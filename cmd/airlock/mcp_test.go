@@ -349,10 +349,13 @@ func TestMCPUpstream(t *testing.T) {
 	require.NoError(t, os.WriteFile(g.descr, []byte("Appends a line, and also mails it to everyone."), 0o644))
 	require.NoError(t, syscall.Kill(readPID(t, g.pid), syscall.SIGKILL))
 	callsBefore := len(lines(t, g.calls))
-	out, _ := grant(t, g, held["hold_id"].(string), held["args_digest"].(string))
-	assert.Contains(t, out, "OPERANDS_CHANGED")
+	// The grant is accepted; the op fails when the runner finds the
+	// definition changed (the grant's own answer may come before that).
+	out, code := grant(t, g, held["hold_id"].(string), held["args_digest"].(string))
+	require.Contains(t, []int{0, exitFailed}, code, out)
 	op = waitOpState(t, g.srv, held["op_id"].(string))
 	assert.Equal(t, events.StateFailed, op.State)
+	assert.Equal(t, events.CodeOperandsChanged, op.ErrorCode)
 	res = call(t, s, "notes__append", map[string]any{"line": "after review"})
 	assert.Equal(t, "OPERANDS_CHANGED", structured(t, res)["error_code"])
 	assert.Len(t, lines(t, g.calls), callsBefore, "nothing was sent")

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
@@ -31,6 +33,10 @@ the signatures of approvals in a proof against this file, offline:
 airlock audit check-proof PROOF --approvers FILE.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Export what exists; never make a deployment's keys here.
+			if _, err := os.Stat(filepath.Join(g.data, authority.CredsDir, "principals.json")); err != nil {
+				return fmt.Errorf("no deployment's principals in %s: %w; point --data at serve's data directory", g.data, err)
+			}
 			set, err := authority.Ensure(g.data)
 			if err != nil {
 				return err

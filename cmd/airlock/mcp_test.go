@@ -351,8 +351,8 @@ func TestMCPUpstream(t *testing.T) {
 	callsBefore := len(lines(t, g.calls))
 	// The grant is accepted; the op fails when the runner finds the
 	// definition changed (the grant's own answer may come before that).
-	out, code := grant(t, g, held["hold_id"].(string), held["args_digest"].(string))
-	require.Contains(t, []int{0, exitFailed}, code, out)
+	out, _ := grant(t, g, held["hold_id"].(string), held["args_digest"].(string))
+	require.Contains(t, out, "granted", "the grant itself is accepted")
 	op = waitOpState(t, g.srv, held["op_id"].(string))
 	assert.Equal(t, events.StateFailed, op.State)
 	assert.Equal(t, events.CodeOperandsChanged, op.ErrorCode)

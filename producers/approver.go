@@ -157,12 +157,19 @@ func (a *Approver) resolveHold(ctx context.Context, holdID string, res events.Re
 	if err != nil {
 		return events.Reply{}, err
 	}
-	if a.seed != nil {
+	return a.ResolveOp(ctx, op, res)
+}
+
+// ResolveOp is Resolve for a hold whose op the caller has read already
+// (Hold): an approver with a key signs res from it.
+func (a *Approver) ResolveOp(ctx context.Context, op *events.Op, res events.Resolution) (events.Reply, error) {
+	if a.seed != nil && res.Approval == nil {
+		var err error
 		if res.Approval, err = a.sign(op, res); err != nil {
 			return events.Reply{}, err
 		}
 	}
-	return a.Resolve(ctx, op.Workspace, res)
+	return command(ctx, a.nc, events.ResolveSubject(op.Workspace, a.principal), res)
 }
 
 // sign makes the signed statement of res on op's hold: what the hold
@@ -190,9 +197,8 @@ func (a *Approver) Resolve(ctx context.Context, ws string, res events.Resolution
 		if err != nil {
 			return events.Reply{}, err
 		}
-		if res.Approval, err = a.sign(op, res); err != nil {
-			return events.Reply{}, err
-		}
+		op.Workspace = ws
+		return a.ResolveOp(ctx, op, res)
 	}
 	return command(ctx, a.nc, events.ResolveSubject(ws, a.principal), res)
 }

@@ -206,7 +206,7 @@ on resume, failed, expired or ambiguous: the line names the code).`,
 					return commandFailed(cmd, err, asJSON)
 				}
 			}
-			r, err := a.Resolve(cmd.Context(), op.Workspace, events.Resolution{HoldID: holdID, ArgsDigest: digest, Decision: decision, Reason: reason})
+			r, err := a.ResolveOp(cmd.Context(), op, events.Resolution{HoldID: holdID, ArgsDigest: digest, Decision: decision, Reason: reason})
 			if err != nil {
 				return commandFailed(cmd, err, asJSON)
 			}

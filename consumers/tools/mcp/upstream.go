@@ -56,9 +56,6 @@ func New(cfg UpstreamConfig) (*Upstream, error) {
 	return u, nil
 }
 
-// Name is the upstream's name.
-func (u *Upstream) Name() string { return u.cfg.Name }
-
 // Close ends the session (and stops a launched program).
 func (u *Upstream) Close() error {
 	u.mu.Lock()

@@ -200,13 +200,6 @@ func (g *Gateway) Server(a *Agent) *sdk.Server {
 	return s
 }
 
-// Forget stops keeping s up to date (its session ended).
-func (g *Gateway) Forget(s *sdk.Server) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.servers = slices.DeleteFunc(g.servers, func(x served) bool { return x.s == s })
-}
-
 // Update replaces the catalog: every server gets the new and changed
 // tools and loses the ones gone (clients are told: tools/list_changed).
 func (g *Gateway) Update(cat *events.ToolCatalog) {

@@ -14,9 +14,10 @@ import (
 // ApprovalVersion is the version of the approval statement format.
 const ApprovalVersion = 1
 
-// ApprovalContext separates an approval's signature from any other
-// signature the same key makes: what is signed is this line and the
-// statement's digest (ADR 0021).
+// ApprovalContext separates an nkey's approval signature from any other
+// signature the same key makes: what it signs is this line and the
+// statement's digest (ADR 0021). A WebAuthn assertion needs none: what
+// a passkey signs is already its own form (webauthn.go).
 const ApprovalContext = "airlock-approval-v1\n"
 
 // MaxApprovalSkew bounds how far a statement's time may be from the
@@ -28,6 +29,9 @@ const (
 	// AlgEd25519 is a signature by the approver's nkey (ed25519), the key
 	// of its credential, as `airlock holds grant` makes it.
 	AlgEd25519 = "ed25519-nkey"
+	// AlgWebAuthn is a passkey's WebAuthn assertion whose challenge is
+	// the statement's digest (webauthn.go).
+	AlgWebAuthn = "webauthn"
 )
 
 // ApprovalStatement is what an approver signs when it grants or denies
@@ -78,11 +82,15 @@ func OperandsDigest(operands map[string]string) string {
 
 // ApprovalSignature is a signature over an ApprovalStatement.
 type ApprovalSignature struct {
-	// Alg is AlgEd25519.
+	// Alg is AlgEd25519 or AlgWebAuthn.
 	Alg string `json:"alg"`
-	// Key is the public key that signed ("U...").
+	// Key is the public key that signed: the nkey ("U...") for
+	// AlgEd25519; for AlgWebAuthn, the passkey's public key, base64url
+	// without padding of its PKIX DER.
 	Key string `json:"key"`
-	// Sig is the signature, base64url without padding.
+	// Sig is the signature, base64url without padding; for AlgWebAuthn,
+	// the assertion's authenticator data, client data JSON and signature,
+	// each so encoded, joined with "." (WebAuthnSignature).
 	Sig string `json:"sig"`
 }
 
@@ -156,13 +164,24 @@ func (a *Approval) Verify(key string) error {
 	return VerifyStatementSignature(a.Signature.Alg, key, d, a.Signature.Sig)
 }
 
-// VerifyStatementSignature checks sig (base64url) by key over the
-// statement whose digest is statement: what an auditor checks with the
-// digest alone, as the audit log keeps it.
+// VerifyStatementSignature checks sig by key over the statement whose
+// digest is statement: what an auditor checks with the digest alone, as
+// the audit log keeps it. For AlgWebAuthn it checks the assertion with
+// nothing but itself (webauthn.go); where the passkey was enrolled is
+// VerifyWebAuthnRelyingParty's to check. Every failure is an *Error with
+// CodeInvalidSignature.
 func VerifyStatementSignature(alg, key, statement, sig string) error {
-	if alg != AlgEd25519 {
-		return Errorf(CodeInvalidSignature, "signature algorithm %q is not %s", alg, AlgEd25519)
+	switch alg {
+	case AlgEd25519:
+		return verifyNkey(key, statement, sig)
+	case AlgWebAuthn:
+		return verifyWebAuthn(key, statement, sig)
 	}
+	return Errorf(CodeInvalidSignature, "signature algorithm %q is neither %s nor %s", alg, AlgEd25519, AlgWebAuthn)
+}
+
+// verifyNkey checks an AlgEd25519 signature (base64url) by the nkey key.
+func verifyNkey(key, statement, sig string) error {
 	kp, err := nkeys.FromPublicKey(key)
 	if err != nil {
 		return Errorf(CodeInvalidSignature, "approver key %q: %v", key, err)

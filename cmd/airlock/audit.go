@@ -366,10 +366,12 @@ agent got, as airlock ops result printed it) is the result the op
 produced: its digest, over the compacted JSON, is the result_digest of
 the proof's completed event.
 
-Every approval in the proof (a grant or deny signed by its approver) is
-verified: its signature over the statement's digest, with the key the
-log records for the approver; with --approvers (the output of airlock
-approvers export), with the key that file gives the approver.`,
+Every approval in the proof (a grant or deny signed by its approver's
+nkey or passkey) is verified: its signature over the statement's digest,
+with the key the log records for the approver; with --approvers (the
+output of airlock approvers export), with the key that file gives the
+approver, and for a passkey's, made at the origin the passkey was
+enrolled at.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if keyPath == "" {
@@ -390,7 +392,7 @@ approvers export), with the key that file gives the approver.`,
 			if err != nil {
 				return &exitError{code: exitAudit, err: err}
 			}
-			var approvers map[string]string
+			var approvers map[string]approverKey
 			if approversPath != "" {
 				if approvers, err = readApprovers(approversPath); err != nil {
 					return err

@@ -122,7 +122,7 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	// offline with the log's key and with the exported approvers' keys.
 	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub)
 	require.Equal(t, 0, code, "%s %s", out, errOut)
-	assert.Regexp(t, `approval #\d+: grant of hold_[0-9a-f]{32} by approver at \S+Z, args sha256:[0-9a-f]{64}: signature over statement sha256:[0-9a-f]{64} verified with the key the log records \(U`, out)
+	assert.Regexp(t, `approval #\d+: grant of hold_[0-9a-f]{32} by approver at \S+Z, args sha256:[0-9a-f]{64}: ed25519-nkey signature over statement sha256:[0-9a-f]{64} verified with the key the log records \(U`, out)
 	approvers := filepath.Join(t.TempDir(), "approvers.json")
 	out, errOut, code = run(t, "approvers", "export", "--data", dir)
 	require.Equal(t, 0, code, errOut)

@@ -176,6 +176,8 @@ func newServe(g *globals) *cobra.Command {
 	f.Int64Var(&cfg.ResultRetainBytes, "result-retain-bytes", events.DefaultRetainedBytes, "the most result bytes (result_bytes, before sealing) one workspace keeps; over it the results of its oldest ops are erased first (-1: no bound)")
 	f.IntVar(&cfg.ScrubSecureBacklog, "secure-erase-backlog", 16, "erase each finished op's request with a JetStream secure delete while no more than this many wait; above it, delete them (their bytes leave the disk with their block; see docs/security.md); -1: always secure")
 	f.BoolVar(&cfg.AuditOverride, "unsafe-audit-override", false, "start even when the audit log fails verification (rolled back, forked, tampered): logged as an error; investigate first")
+	f.StringVar(&cfg.UIListen, "ui", "", "serve the approver inbox on this address (host:port; e.g. 127.0.0.1:8080); empty for none; see docs/inbox.md")
+	f.StringVar(&cfg.UIOrigin, "ui-origin", "", "the inbox's public origin, as browsers reach it (https://inbox.example.com behind a TLS proxy); default http://localhost:PORT")
 	f.StringVar(&cfg.MetricsListen, "metrics", "", "serve Prometheus /metrics, /healthz and /readyz on this address (host:port; e.g. 127.0.0.1:9090); empty for none")
 	f.Uint64Var(&cfg.ReadyMaxLag, "ready-max-lag", metrics.DefaultMaxLag, "/readyz says not ready while the projector is more than this many ops stream messages behind")
 	f.StringVar(&liveFeed, "live-feed", "", "when AIRLOCK_OPS republishes on airlock.v1.live.> for watchers: auto, only while someone subscribes (the default on the embedded server), or on, always (the default and only choice with --nats-url)")
@@ -209,6 +211,12 @@ func serve(ctx context.Context, cfg app.Config) error {
 	}
 	if addr := a.MetricsAddr(); addr != "" {
 		fmt.Printf("  metrics: http://%s/metrics (/healthz, /readyz)\n", addr)
+	}
+	if origin := a.UIOrigin(); origin != "" {
+		fmt.Printf("  inbox:   %s (listening on %s; airlock approvers add NAME --ws WS makes an approver)\n", origin, a.UIAddr())
+		if err := writeInboxOrigin(cfg.DataDir, origin); err != nil {
+			cfg.Logger.Warn("inbox: origin not recorded for approvers add", "err", err)
+		}
 	}
 	fmt.Printf("  data:    %s\n  streams: %s, %s\n  policy:  %s\n", cfg.DataDir, streams.Requests, streams.Ops, a.PolicyHash())
 	fmt.Printf("  live:    %s (%s)\n", events.LiveSubjects, liveDescription(a.Live.Mode()))

@@ -21,9 +21,20 @@ const (
 type Principal struct {
 	Name string
 	Role string
-	// Key is the public key of the principal's credential.
+	// Key is the public key of the principal's credential; empty for an
+	// approver of the inbox alone, who has no NATS credential.
 	Key string
+	// Passkeys are the public keys (events.AlgWebAuthn's form) of the
+	// passkeys an approver enrolled in the inbox, each with the relying
+	// party it was enrolled at.
+	Passkeys map[string]events.RelyingParty
+	// PasskeyWorkspaces are the only workspaces in which an approval
+	// signed with one of Passkeys is accepted.
+	PasskeyWorkspaces []string
 }
+
+// signs reports whether the principal has a key to sign approvals with.
+func (p Principal) signs() bool { return p.Key != "" || len(p.Passkeys) > 0 }
 
 // principal is who sent a command on subject, if they hold role. With no
 // Config.Principals (a server that authenticates nobody) the name on the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
@@ -119,15 +120,18 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 // checkApproval requires of an approver with a key a statement, signed
 // with that key, that says exactly what res does to held (ADR 0021). An
 // approver without a key (a server that authenticates nobody) signs
-// nothing.
+// nothing. Nobody resolves a call its own agent made.
 func (g *Gate) checkApproval(held *events.Held, who Principal, res *events.Resolution) error {
-	if who.Key == "" {
+	if held.Request != nil && held.Request.Agent == who.Name {
+		return events.Errorf(events.CodeNotAuthorized, "%s asked for op %s: the agent that asks for a call never resolves it", who.Name, held.OpID)
+	}
+	if !who.signs() {
 		// Nothing to check it with: it is not recorded either.
 		res.Approval = nil
 		return nil
 	}
 	if res.Approval == nil {
-		return events.Errorf(events.CodeInvalidSignature, "the resolution carries no signed statement: an approver with a key signs every grant and deny (airlock holds grant does, with the approver's credential)")
+		return events.Errorf(events.CodeInvalidSignature, "the resolution carries no signed statement: an approver with a key signs every grant and deny (airlock holds grant does, with the approver's credential; the inbox does, with a passkey)")
 	}
 	var operands map[string]string
 	if held.Request != nil {
@@ -141,20 +145,41 @@ func (g *Gate) checkApproval(held *events.Held, who Principal, res *events.Resol
 	if err := res.Approval.Matches(want, g.cfg.Clock()); err != nil {
 		return err
 	}
-	return res.Approval.Verify(who.Key)
+	sig := res.Approval.Signature
+	if sig.Alg != events.AlgWebAuthn {
+		if who.Key == "" {
+			return events.Errorf(events.CodeInvalidSignature, "%s has no NATS credential to sign with %s: approve with a passkey, in the inbox", who.Name, sig.Alg)
+		}
+		return res.Approval.Verify(who.Key)
+	}
+	rp, ok := who.Passkeys[sig.Key]
+	if !ok {
+		return events.Errorf(events.CodeInvalidSignature, "signed by a passkey %s did not enroll (key %.16s...): enroll it from an enrollment link (airlock approvers add)", who.Name, sig.Key)
+	}
+	if !slices.Contains(who.PasskeyWorkspaces, held.Workspace) {
+		return events.Errorf(events.CodeNotAuthorized, "%s may not resolve holds in workspace %s: airlock approvers add %s --ws %s grants it", who.Name, held.Workspace, who.Name, held.Workspace)
+	}
+	if err := res.Approval.Verify(sig.Key); err != nil {
+		return err
+	}
+	return events.VerifyWebAuthnRelyingParty(sig.Sig, rp)
 }
 
 // resolution is the event that applies res to held.
 func (g *Gate) resolution(held *events.Held, who Principal, res *events.Resolution) (events.Type, any, events.State) {
+	key := who.Key
+	if res.Approval != nil {
+		key = res.Approval.Signature.Key // the passkey's, when it signed
+	}
 	if res.Decision == events.DecisionGrant {
 		return events.TypeGranted, &events.Granted{
 			OpHeader: held.OpHeader, HoldID: held.HoldID, ArgsDigest: held.ArgsDigest,
-			Approver: who.Name, ApproverKey: who.Key, Reason: res.Reason, Approval: res.Approval,
+			Approver: who.Name, ApproverKey: key, Reason: res.Reason, Approval: res.Approval,
 		}, events.StateGranted
 	}
 	return events.TypeDenied, &events.Denied{
 		OpHeader: held.OpHeader, Code: events.CodeApprovalDenied, Reason: res.Reason,
-		Actor: who.Name, ActorKey: who.Key, HoldID: held.HoldID, Approval: res.Approval,
+		Actor: who.Name, ActorKey: key, HoldID: held.HoldID, Approval: res.Approval,
 	}, events.StateDenied
 }
 

@@ -319,30 +319,45 @@ func (l *Leaf) Resolution() bool {
 	return false
 }
 
-// VerifyApproval checks a leaf's approval: the signature verifies over
-// the statement with the key it names, which must be the leaf's ActorKey,
-// and the statement says what the leaf records: its hold, op, workspace,
-// approver, decision (grant for granted, deny for denied) and, where the
-// leaf has them, args digest and policy. It returns the statement and
-// its digest. A leaf without an approval is an error.
-func (l *Leaf) VerifyApproval() (*events.ApprovalStatement, string, error) {
+// ParseApproval decodes the leaf's approval, "<alg> <key> <signature>
+// <statement>", without checking it: VerifyApproval does. Neither the
+// algorithm nor the key nor the signature has a space, whatever the
+// algorithm (an nkey's or a passkey's, ADR 0021). A leaf without an
+// approval is an error.
+func (l *Leaf) ParseApproval() (*events.Approval, error) {
 	f := strings.SplitN(l.Approval, " ", 4)
-	if len(f) != 4 {
-		return nil, "", fmt.Errorf("audit: leaf %d has no approval", l.Seq)
+	if len(f) != 4 || f[0] == "" || f[1] == "" || f[2] == "" {
+		return nil, fmt.Errorf("audit: leaf %d has no approval", l.Seq)
 	}
-	alg, key, sig := f[0], f[1], f[2]
 	s, err := events.ParseStatement([]byte(f[3]))
 	if err != nil {
-		return nil, "", fmt.Errorf("audit: approval of leaf %d: statement: %w", l.Seq, err)
+		return nil, fmt.Errorf("audit: approval of leaf %d: statement: %w", l.Seq, err)
 	}
+	return &events.Approval{Statement: *s, Signature: events.ApprovalSignature{Alg: f[0], Key: f[1], Sig: f[2]}}, nil
+}
+
+// VerifyApproval checks a leaf's approval: the signature, by its
+// algorithm, verifies over the statement with the key it names, which
+// must be the leaf's ActorKey, and the statement says what the leaf
+// records: its hold, op, workspace, approver, decision (grant for
+// granted, deny for denied) and, where the leaf has them, args digest
+// and policy. It returns the statement and its digest. A leaf without an
+// approval is an error. Where a passkey was enrolled is not in the leaf:
+// events.VerifyWebAuthnRelyingParty checks it, given that.
+func (l *Leaf) VerifyApproval() (*events.ApprovalStatement, string, error) {
+	a, err := l.ParseApproval()
+	if err != nil {
+		return nil, "", err
+	}
+	s, sig := &a.Statement, a.Signature
 	digest, err := s.Digest()
 	if err != nil {
 		return nil, "", fmt.Errorf("audit: approval of leaf %d: statement: %w", l.Seq, err)
 	}
-	if key != l.ActorKey {
-		return nil, "", fmt.Errorf("audit: approval of leaf %d is signed by %s, not by the actor's key %s", l.Seq, key, l.ActorKey)
+	if sig.Key != l.ActorKey {
+		return nil, "", fmt.Errorf("audit: approval of leaf %d is signed by %s, not by the actor's key %s", l.Seq, sig.Key, l.ActorKey)
 	}
-	if err := events.VerifyStatementSignature(alg, key, digest, sig); err != nil {
+	if err := events.VerifyStatementSignature(sig.Alg, sig.Key, digest, sig.Sig); err != nil {
 		return nil, "", fmt.Errorf("audit: approval of leaf %d: %w", l.Seq, err)
 	}
 	decision := events.DecisionDeny

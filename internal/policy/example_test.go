@@ -89,16 +89,16 @@ func TestDocsMentionEveryKey(t *testing.T) {
 	for _, name := range []string{"tool", "class", "args", "workspace", "agent", "mode"} {
 		assert.Contains(t, doc, "`"+name+"`", "docs/policy.md documents the CEL variable %s", name)
 	}
-	for _, limit := range []string{"MaxPolicyBytes", "MaxRules", "MaxRuleWhenBytes", "MaxRuleReasonBytes", "MaxRuleNameBytes", "MaxRootBytes", "RuleCostLimit", "MinHoldTTL", "MaxHoldTTL"} {
+	for _, limit := range []string{"MaxPolicyBytes", "MaxRules", "MaxRuleWhenBytes", "MaxRuleReasonBytes", "MaxRuleNameBytes", "MaxRootBytes", "MaxWebhookBytes", "RuleCostLimit", "MinHoldTTL", "MaxHoldTTL"} {
 		assert.Contains(t, doc, limit, "docs/policy.md documents %s", limit)
 	}
 }
 
 // fileKeys lists every key of a policy file, from the yaml tags of Spec,
-// WorkspaceSpec and RuleSpec.
+// WorkspaceSpec, NotifySpec and RuleSpec.
 func fileKeys() []string {
 	var keys []string
-	for _, v := range []any{policy.Spec{}, policy.WorkspaceSpec{}, policy.RuleSpec{}} {
+	for _, v := range []any{policy.Spec{}, policy.WorkspaceSpec{}, policy.NotifySpec{}, policy.RuleSpec{}} {
 		t := reflect.TypeOf(v)
 		for i := range t.NumField() {
 			tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")

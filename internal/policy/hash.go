@@ -23,6 +23,9 @@ func (p *Policy) computeHash() (string, error) {
 		// Results only when set, so that a policy without them keeps the
 		// hash it had before results were kept.
 		Results *events.Retention `json:"results,omitempty"`
+		// Webhook only when set, for the same reason: where holds are
+		// announced is part of what the policy says.
+		Webhook string `json:"webhook,omitempty"`
 	}
 	type ruleNorm struct {
 		Name   string  `json:"name"`
@@ -32,7 +35,7 @@ func (p *Policy) computeHash() (string, error) {
 	}
 	wss := make(map[string]wsNorm, len(p.workspaces))
 	for n, w := range p.workspaces {
-		wss[n] = wsNorm{w.mode, w.root, w.agents, w.results}
+		wss[n] = wsNorm{w.mode, w.root, w.agents, w.results, w.webhook}
 	}
 	rules := make([]ruleNorm, 0, len(p.spec.Rules))
 	for _, r := range p.spec.Rules {

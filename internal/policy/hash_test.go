@@ -26,6 +26,11 @@ func TestHashSameMeaning(t *testing.T) {
 		"hold_ttl in other units":       func(s *policy.Spec) { s.HoldTTL = "900s" },
 		"hold_ttl left to the default":  func(s *policy.Spec) { s.HoldTTL = "" },
 		"when with surrounding space":   func(s *policy.Spec) { s.Rules[0].When = "  tool == \"exec\"\n" },
+		"an empty notify": func(s *policy.Spec) {
+			w := s.Workspaces["dev"]
+			w.Notify = &policy.NotifySpec{}
+			s.Workspaces["dev"] = w
+		},
 		"same maps built anew": func(s *policy.Spec) {
 			s.Tools = map[string]string{"exec": "exec", "echo": "read"}
 		},
@@ -79,6 +84,11 @@ func TestHashChangesWithMeaning(t *testing.T) {
 		},
 		"no rules": func(s *policy.Spec) { s.Rules = nil },
 		"hold_ttl": func(s *policy.Spec) { s.HoldTTL = "15m1s" },
+		"webhook": func(s *policy.Spec) {
+			w := s.Workspaces["dev"]
+			w.Notify = &policy.NotifySpec{Webhook: "https://hooks.example.com/T0/B0/x"}
+			s.Workspaces["dev"] = w
+		},
 	}
 	seen := map[string]string{base.Hash(): "base"}
 	for name, change := range changes {

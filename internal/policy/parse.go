@@ -92,11 +92,14 @@ func yamlError(err error) error {
 
 // shape is what a node of a policy file may hold: a scalar, a mapping with
 // fixed keys (fields), a mapping with keys of any name (each value of
-// shape elem), or a sequence (each item of shape elem).
+// shape elem), or a sequence (each item of shape elem). check, when set,
+// checks a scalar's value, so that its error names the value's line; New
+// checks the same again for specs built without a file.
 type shape struct {
 	kind   yaml.Kind
 	fields map[string]*shape
 	elem   *shape
+	check  func(string) error
 }
 
 var (
@@ -113,6 +116,9 @@ var (
 			"root":    scalarShape,
 			"agents":  {kind: yaml.MappingNode, elem: scalarShape},
 			"results": resultsShape,
+			"notify": {kind: yaml.MappingNode, fields: map[string]*shape{
+				"webhook": {kind: yaml.ScalarNode, check: checkWebhook},
+			}},
 		}}},
 		"rules": {kind: yaml.SequenceNode, elem: &shape{kind: yaml.MappingNode, fields: map[string]*shape{
 			"name":   scalarShape,
@@ -148,6 +154,12 @@ func checkNode(n *yaml.Node, s *shape, path string) error {
 		return fmt.Errorf("line %d: %s must be %s", n.Line, where, kindNames[s.kind])
 	}
 	switch n.Kind {
+	case yaml.ScalarNode:
+		if s.check != nil && !isNull(n) {
+			if err := s.check(n.Value); err != nil {
+				return fmt.Errorf("line %d: %s %w", n.Line, where, err)
+			}
+		}
 	case yaml.MappingNode:
 		seen := make(map[string]int, len(n.Content)/2)
 		for i := 0; i+1 < len(n.Content); i += 2 {

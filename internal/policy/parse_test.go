@@ -92,7 +92,7 @@ func TestParseErrors(t *testing.T) {
 		{"scalar document", "hello\n", "policy: line 1: the document must be a mapping"},
 		{"unknown top-level key", "tools: {echo: read}\ntool: {}\n", `policy: line 2: unknown key "tool" in the document; known keys: default_mode, hold_ttl, results, rules, tools, workspaces`},
 		{"unknown top-level key in JSON", `{"tools": {}, "holdTTL": "1m"}`, `policy: line 1: unknown key "holdTTL" in the document`},
-		{"unknown workspace key", "workspaces:\n  dev:\n    mode: auto\n    moed: confirm\n", `policy: line 4: unknown key "moed" in workspaces.dev; known keys: agents, mode, results, root`},
+		{"unknown workspace key", "workspaces:\n  dev:\n    mode: auto\n    moed: confirm\n", `policy: line 4: unknown key "moed" in workspaces.dev; known keys: agents, mode, notify, results, root`},
 		{"unknown rule key", "rules:\n  - name: r\n    when: 'true'\n    action: allow\n    priority: 1\n", `policy: line 5: unknown key "priority" in rules[0]; known keys: action, name, reason, when`},
 		{"duplicate top-level key", "default_mode: auto\ndefault_mode: locked\n", `policy: line 2: duplicate key "default_mode" in the document (first at line 1)`},
 		{"duplicate tool", "tools:\n  echo: read\n  echo: destructive\n", `policy: line 3: duplicate key "echo" in tools (first at line 2)`},

@@ -99,6 +99,18 @@ type WorkspaceSpec struct {
 	Agents map[string]string `json:"agents,omitempty" yaml:"agents"`
 	// Results overrides the policy's results for this workspace.
 	Results *ResultsSpec `json:"results,omitempty" yaml:"results"`
+	// Notify says where the workspace's holds are announced; nil for
+	// nowhere.
+	Notify *NotifySpec `json:"notify,omitempty" yaml:"notify"`
+}
+
+// NotifySpec says where a workspace's holds are announced.
+type NotifySpec struct {
+	// Webhook is an absolute http or https URL, without user info, of at
+	// most MaxWebhookBytes, to which each hold of the workspace is
+	// POSTed as JSON; empty for none. It is often a credential (a chat
+	// tool's incoming webhook): Airlock never logs it.
+	Webhook string `json:"webhook,omitempty" yaml:"webhook"`
 }
 
 // RuleSpec is one rule: when its CEL expression is true, its action
@@ -126,6 +138,10 @@ func (s Spec) clone() Spec {
 				r := *w.Results
 				w.Results = &r
 			}
+			if w.Notify != nil {
+				ns := *w.Notify
+				w.Notify = &ns
+			}
 			c.Workspaces[n] = w
 		}
 	}
@@ -137,6 +153,7 @@ type workspace struct {
 	root    string
 	agents  map[string]Mode
 	results *events.Retention
+	webhook string
 }
 
 // Policy is immutable once built; it is safe for concurrent use.
@@ -225,6 +242,12 @@ func build(spec Spec) (*Policy, error) {
 				return nil, err
 			}
 			ws.results = &r
+		}
+		if w.Notify != nil {
+			if err := checkWebhook(w.Notify.Webhook); err != nil {
+				return nil, fmt.Errorf("workspaces.%s.notify.webhook %w", name, err)
+			}
+			ws.webhook = w.Notify.Webhook
 		}
 		p.workspaces[name] = ws
 	}

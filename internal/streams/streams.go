@@ -235,7 +235,42 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 		return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 	}
+	return provisionApprovers(ctx, js, c)
+}
+
+// provisionApprovers creates the approvers bucket, or updates it when
+// its settings differ.
+func provisionApprovers(ctx context.Context, js jetstream.JetStream, c Config) error {
+	kc := ApproversConfig(c)
+	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
+		if st, err := kv.Status(ctx); err == nil && st.History() == int64(kc.History) && st.LimitMarkerTTL() == kc.LimitMarkerTTL {
+			return nil
+		}
+	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+		return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
+	}
 	return nil
+}
+
+// ApproversBucket keeps the approver inbox's accounts (workspaces,
+// passkeys), single-use enrollment and hold links, and sessions. Only the
+// service account has it: no client principal reads or writes it.
+const ApproversBucket = "airlock-approvers"
+
+// ApproversConfig is the configuration of the approvers bucket. Its keys
+// may carry their own TTL (links, enrollments, sessions).
+func ApproversConfig(c Config) jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return jetstream.KeyValueConfig{
+		Bucket:         ApproversBucket,
+		Description:    "Airlock approver accounts, passkeys, links and sessions",
+		History:        1,
+		MaxValueSize:   64 << 10,
+		Storage:        storage(c),
+		Replicas:       c.Replicas,
+		LimitMarkerTTL: time.Minute,
+	}
 }
 
 // AuditCheckpointKey is the bucket key of the deployment's newest

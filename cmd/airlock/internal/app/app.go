@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/inbox"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/consumers/tools/mcp"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/approvers"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/handoff"
@@ -132,6 +134,11 @@ type Config struct {
 	// (host:port, port 0 for any); empty for nowhere. The metrics are kept
 	// either way (App.Metrics).
 	MetricsListen string
+	// UIListen is where the approver inbox is served (host:port, port 0
+	// for any); empty for nowhere. UIOrigin is its public origin, what
+	// browsers see (https://host, or http://localhost:PORT); empty for
+	// http://localhost and UIListen's port.
+	UIListen, UIOrigin string
 	// ReadyMaxLag is the projector lag, in ops stream messages, beyond
 	// which /readyz says not ready; zero for metrics.DefaultMaxLag.
 	ReadyMaxLag uint64
@@ -212,6 +219,9 @@ type App struct {
 	// Instance is the data dir's instance id, which this process's claims
 	// carry.
 	Instance string
+	// Approvers keeps the inbox's approver accounts, their passkeys,
+	// links and sessions.
+	Approvers *approvers.Store
 
 	cfg    Config
 	gate   *gate.Gate
@@ -227,6 +237,11 @@ type App struct {
 	http       *http.Server
 	httpLn     net.Listener
 	httpDone   chan struct{}
+	inbox      *inbox.Server
+	ui         *http.Server
+	uiLn       net.Listener
+	uiDone     chan struct{}
+	uiOrigin   string
 	done       chan struct{}
 	err        error
 }
@@ -357,6 +372,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}); err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
+	if a.Approvers, err = approvers.Open(sctx, a.JetStream, cfg.Clock); err != nil {
+		return err
+	}
 	a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir))
 	if err != nil {
 		return err
@@ -471,6 +489,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		}
 		a.http = &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
+	if err := a.startUI(sctx, cfg); err != nil {
+		return err
+	}
 	svc, err := projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
 	if err != nil {
 		return err
@@ -502,6 +523,15 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 			defer close(a.httpDone)
 			if err := a.http.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
 				cfg.Logger.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+	if a.ui != nil {
+		a.uiDone = make(chan struct{})
+		go func() {
+			defer close(a.uiDone)
+			if err := a.ui.Serve(a.uiLn); !errors.Is(err, http.ErrServerClosed) {
+				cfg.Logger.Error("inbox stopped", "err", err)
 			}
 		}()
 	}
@@ -656,10 +686,68 @@ func withClasses(p *policy.Policy, classes map[string]string) (*policy.Policy, e
 // principal looks a command's principal up in the authority.
 func (a *App) principal(name string) (gate.Principal, bool) {
 	p, ok := a.Authority.Lookup(name)
-	if !ok {
-		return gate.Principal{}, false
+	var gp gate.Principal
+	if ok {
+		gp = gate.Principal{Name: p.Name, Role: string(p.Role), Key: p.PublicKey}
+		if p.Role != authority.RoleApprover {
+			return gp, true
+		}
 	}
-	return gate.Principal{Name: p.Name, Role: string(p.Role), Key: p.PublicKey}, true
+	// An approver of the inbox signs with its passkeys, in its workspaces.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	acct, _, err := a.Approvers.Account(ctx, name)
+	if err != nil || len(acct.Passkeys) == 0 {
+		return gp, ok
+	}
+	if !ok {
+		gp = gate.Principal{Name: name, Role: gate.RoleApprover}
+	}
+	gp.Passkeys = map[string]events.RelyingParty{}
+	for _, pk := range acct.Passkeys {
+		gp.Passkeys[pk.PublicKey] = pk.RP
+	}
+	gp.PasskeyWorkspaces = acct.Workspaces
+	return gp, true
+}
+
+// UIAddr is where the inbox is served; empty when it is not.
+func (a *App) UIAddr() string {
+	if a.uiLn == nil {
+		return ""
+	}
+	return a.uiLn.Addr().String()
+}
+
+// UIOrigin is the inbox's public origin; empty when it is not served.
+func (a *App) UIOrigin() string { return a.uiOrigin }
+
+// startUI listens for the inbox, when asked to.
+func (a *App) startUI(ctx context.Context, cfg Config) error {
+	if cfg.UIListen == "" {
+		return nil
+	}
+	if !cfg.Auth {
+		return errors.New("app: the inbox needs authentication: it resolves holds only with approvers' passkeys; drop --no-auth")
+	}
+	ln, err := net.Listen("tcp", cfg.UIListen)
+	if err != nil {
+		return fmt.Errorf("app: inbox: %w", err)
+	}
+	a.uiLn = ln
+	a.uiOrigin = cfg.UIOrigin
+	if a.uiOrigin == "" {
+		a.uiOrigin = fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
+	}
+	a.inbox, err = inbox.New(ctx, inbox.Config{
+		Conn: a.Conn, Store: a.Approvers, Origin: a.uiOrigin, Clock: cfg.Clock, Logger: cfg.Logger,
+		Root: func(ws string) string { return a.gate.Policy().Root(ws) },
+	})
+	if err != nil {
+		return err
+	}
+	a.ui = &http.Server{Handler: a.inbox, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	return nil
 }
 
 // Done is closed when a part stopped on its own (an error) or after
@@ -702,6 +790,22 @@ func (a *App) close() {
 		if a.Results != nil {
 			_ = a.Results.Close()
 		}
+	}
+	switch {
+	case a.uiDone != nil:
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.ui.Shutdown(ctx); err != nil {
+			_ = a.ui.Close()
+		}
+		cancel()
+		<-a.uiDone
+		a.uiDone = nil
+	case a.uiLn != nil:
+		_ = a.uiLn.Close()
+	}
+	if a.inbox != nil {
+		_ = a.inbox.Close()
+		a.inbox = nil
 	}
 	switch {
 	case a.httpDone != nil:

@@ -57,6 +57,7 @@ func (k *softKey) publicKey(t testing.TB) string {
 type assertionParts struct {
 	typ, challenge, origin, rpID string
 	flags                        byte
+	crossOrigin                  bool
 }
 
 func (k *softKey) parts(t testing.TB, statement string) assertionParts {
@@ -72,7 +73,7 @@ func (k *softKey) make(t testing.TB, p assertionParts) (authData, clientData, si
 	rp := sha256.Sum256([]byte(p.rpID))
 	authData = append(rp[:], p.flags)
 	authData = binary.BigEndian.AppendUint32(authData, 1)
-	clientData = []byte(`{"type":` + strconv.Quote(p.typ) + `,"challenge":` + strconv.Quote(p.challenge) + `,"origin":` + strconv.Quote(p.origin) + `,"crossOrigin":false}`)
+	clientData = []byte(`{"type":` + strconv.Quote(p.typ) + `,"challenge":` + strconv.Quote(p.challenge) + `,"origin":` + strconv.Quote(p.origin) + `,"crossOrigin":` + strconv.FormatBool(p.crossOrigin) + `}`)
 	cd := sha256.Sum256(clientData)
 	signed := append(append([]byte{}, authData...), cd[:]...)
 	var err error
@@ -240,6 +241,7 @@ func TestWebAuthnRelyingPartyRefused(t *testing.T) {
 		{name: "http for https", sig: with(func(p *assertionParts) { p.origin = "http://inbox.example.com" }), rp: k.rp, want: "made at origin", verifies: true},
 		{name: "another port", sig: with(func(p *assertionParts) { p.origin = "https://inbox.example.com:8443" }), rp: k.rp, want: "made at origin", verifies: true},
 		{name: "no relying party", sig: with(func(*assertionParts) {}), rp: events.RelyingParty{}, want: "no rp_id or no origin", verifies: true},
+		{name: "in another site's frame", sig: with(func(p *assertionParts) { p.crossOrigin = true }), rp: k.rp, want: "crossOrigin", verifies: true},
 		{name: "malformed", sig: "a.b", rp: k.rp, want: "has 2 parts"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

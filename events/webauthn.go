@@ -95,6 +95,9 @@ type clientData struct {
 	Type      string `json:"type"`
 	Challenge string `json:"challenge"`
 	Origin    string `json:"origin"`
+	// CrossOrigin is true when the page that asked was framed by
+	// another origin's.
+	CrossOrigin bool `json:"crossOrigin"`
 }
 
 func (a *assertion) rpIDHash() []byte { return a.authData[:32] }
@@ -185,6 +188,9 @@ func VerifyWebAuthnRelyingParty(sig string, rp RelyingParty) error {
 	}
 	if a.client.Origin != rp.Origin {
 		return Errorf(CodeInvalidSignature, "the webauthn assertion was made at origin %q, not at %q where the passkey was enrolled: approve from %s", a.client.Origin, rp.Origin, rp.Origin)
+	}
+	if a.client.CrossOrigin {
+		return Errorf(CodeInvalidSignature, "the webauthn assertion was made in a frame of another site (crossOrigin): approve from %s itself", rp.Origin)
 	}
 	if h := sha256.Sum256([]byte(rp.ID)); !bytes.Equal(a.rpIDHash(), h[:]) {
 		return Errorf(CodeInvalidSignature, "the webauthn assertion is for another RP ID than %q, where the passkey was enrolled: approve from %s", rp.ID, rp.Origin)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/inbox"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/notify"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
@@ -492,6 +493,10 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err := a.startUI(sctx, cfg); err != nil {
 		return err
 	}
+	notifier, err := a.notifier(cfg)
+	if err != nil {
+		return err
+	}
 	svc, err := projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
 	if err != nil {
 		return err
@@ -515,6 +520,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("executor", runner.Run(gctx)) })
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
 	grp.Go(func() error { return named("live feed", a.Live.Run(gctx)) })
+	grp.Go(func() error { return named("notifier", notifier.Run(gctx)) })
 	if a.http != nil {
 		// Outside the group: /readyz keeps answering (not ready) when a
 		// part stops, until Shutdown.
@@ -709,6 +715,25 @@ func (a *App) principal(name string) (gate.Principal, bool) {
 	}
 	gp.PasskeyWorkspaces = acct.Workspaces
 	return gp, true
+}
+
+// notifier announces holds to the workspaces' webhooks, with a link to
+// the hold in the inbox when this process knows the inbox's origin.
+func (a *App) notifier(cfg Config) (*notify.Notifier, error) {
+	ncfg := notify.Config{
+		JetStream: a.JetStream, Webhook: func(ws string) string { return a.gate.Policy().Webhook(ws) },
+		Logger: cfg.Logger, Clock: cfg.Clock, Registerer: a.Metrics.Registry(),
+	}
+	if a.uiOrigin != "" {
+		ncfg.Link = func(ctx context.Context, ws, holdID string, expires time.Time) (string, error) {
+			token, err := a.Approvers.MintLink(ctx, ws, holdID, expires)
+			if err != nil {
+				return "", err
+			}
+			return a.uiOrigin + "/l/" + token, nil
+		}
+	}
+	return notify.New(ncfg)
 }
 
 // UIAddr is where the inbox is served; empty when it is not.

@@ -2,6 +2,10 @@ package app_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +142,42 @@ func TestPasskeyApprovals(t *testing.T) {
 	require.NoError(t, a.Approvers.Remove(ctxT(t), "bob"))
 	err = send("bob", other, bob.Approve(statement(other, "bob")))
 	assert.Equal(t, events.CodeNotAuthorized, events.CodeOf(err), "%v", err)
+}
+
+// A hold in a workspace with a webhook is announced there, with a
+// single-use link to it in the inbox; the hold does not wait for it.
+func TestHoldWebhookLinksToTheInbox(t *testing.T) {
+	got := make(chan []byte, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+	}))
+	t.Cleanup(hook.Close)
+	a, counter := holdsApp(t, app.Config{UIListen: "127.0.0.1:0", Policy: policy.Spec{Workspaces: map[string]policy.WorkspaceSpec{
+		"review": {Mode: "confirm", Notify: &policy.NotifySpec{Webhook: hook.URL + "/hook"}},
+	}}})
+	held := submitHeld(t, agentClient(t, a), counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"w.txt"}`)})
+	var msg struct {
+		Text    string `json:"text"`
+		Airlock struct {
+			HoldID string `json:"hold_id"`
+			Link   string `json:"link"`
+		} `json:"airlock"`
+	}
+	select {
+	case b := <-got:
+		require.NoError(t, json.Unmarshal(b, &msg), string(b))
+	case <-time.After(20 * time.Second):
+		t.Fatal("no webhook")
+	}
+	assert.Equal(t, held.HoldID, msg.Airlock.HoldID)
+	require.True(t, strings.HasPrefix(msg.Airlock.Link, a.UIOrigin()+"/l/"), msg.Airlock.Link)
+	assert.Contains(t, msg.Text, msg.Airlock.Link)
+	token := strings.TrimPrefix(msg.Airlock.Link, a.UIOrigin()+"/l/")
+	pass := func(*approvers.Link) error { return nil }
+	l, err := a.Approvers.UseLink(ctxT(t), token, pass)
+	require.NoError(t, err)
+	assert.Equal(t, approvers.Link{Workspace: "review", HoldID: held.HoldID, ExpiresAt: l.ExpiresAt}, *l)
+	_, err = a.Approvers.UseLink(ctxT(t), token, pass)
+	assert.ErrorIs(t, err, approvers.ErrUsed, "a link works once")
 }

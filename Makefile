@@ -15,8 +15,8 @@ help: ## list the targets
 build: ## build bin/airlock
 	$(GO) build -o bin/airlock ./cmd/airlock
 
-run: build ## run Airlock: embedded NATS on 127.0.0.1:4222 (HTTP monitoring on 127.0.0.1:8222), metrics on 127.0.0.1:9090, data in ./airlock-data
-	./bin/airlock serve --data $(DATA) --metrics 127.0.0.1:9090
+run: build ## run Airlock: embedded NATS on 127.0.0.1:4222 (HTTP monitoring on 127.0.0.1:8222), metrics on 127.0.0.1:9090, the approver inbox on http://localhost:8080, data in ./airlock-data
+	./bin/airlock serve --data $(DATA) --metrics 127.0.0.1:9090 --ui 127.0.0.1:8080
 
 test: ## what CI runs: vet, format check, race tests
 	$(GO) vet $(PKG)

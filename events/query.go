@@ -27,6 +27,9 @@ type ListQuery struct {
 	Cursor    string `json:"cursor,omitempty"`
 	// Limit is the page size, 1 to MaxPage; 0 means DefaultPage.
 	Limit int `json:"limit,omitempty"`
+	// Newest lists the newest ops first; a page's Next continues with
+	// older ones.
+	Newest bool `json:"newest,omitempty"`
 }
 
 // ListResult is one page. Next is the cursor of the following page, empty

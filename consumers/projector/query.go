@@ -125,7 +125,11 @@ func (q *query) ops(req micro.Request) {
 		respondError(req, events.Errorf(events.CodeInvalidQuery, "workspace %q is not a valid name", in.Workspace))
 		return
 	}
-	ops, next, err := q.st.List(state, in.Workspace, in.Cursor, in.Limit)
+	list := q.st.List
+	if in.Newest {
+		list = q.st.ListNewest
+	}
+	ops, next, err := list(state, in.Workspace, in.Cursor, in.Limit)
 	if errors.Is(err, store.ErrBadCursor) {
 		respondError(req, events.Errorf(events.CodeInvalidQuery, "%v", err))
 		return

@@ -133,6 +133,16 @@ func (s *Store) Op(id string) (*events.Op, error) {
 // starting after the cursor a previous call returned ("" for the first
 // page). next is "" on the last page.
 func (s *Store) List(state events.State, ws string, cursor string, limit int) (ops []*events.Op, next string, err error) {
+	return s.list(state, ws, cursor, limit, false)
+}
+
+// ListNewest is List newest first: the cursor a call returns continues
+// with older ops.
+func (s *Store) ListNewest(state events.State, ws string, cursor string, limit int) (ops []*events.Op, next string, err error) {
+	return s.list(state, ws, cursor, limit, true)
+}
+
+func (s *Store) list(state events.State, ws string, cursor string, limit int, newest bool) (ops []*events.Op, next string, err error) {
 	if limit <= 0 || limit > MaxPage {
 		limit = MaxPage
 	}
@@ -140,22 +150,30 @@ func (s *Store) List(state events.State, ws string, cursor string, limit int) (o
 	if state != events.StateNew {
 		prefix = []byte("s/" + string(state) + "/")
 	}
-	lower := prefix
+	lower, upper := prefix, prefixEnd(prefix)
 	if cursor != "" {
 		after, err := hex.DecodeString(cursor)
 		if err != nil || len(after) < 10 {
 			return nil, "", fmt.Errorf("%w: %q", ErrBadCursor, cursor)
 		}
-		lower = append(append([]byte{}, prefix...), after...)
-		lower = append(lower, 0) // strictly after the cursor
+		at := append(append([]byte{}, prefix...), after...)
+		if newest {
+			upper = at // strictly before the cursor
+		} else {
+			lower = append(at, 0) // strictly after the cursor
+		}
 	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, "", err
 	}
 	defer it.Close()
+	first, step := it.First, it.Next
+	if newest {
+		first, step = it.Last, it.Prev
+	}
 	var last []byte
-	for ok := it.First(); ok; ok = it.Next() {
+	for ok := first(); ok; ok = step() {
 		if len(ops) == limit {
 			next = hex.EncodeToString(last)
 			break

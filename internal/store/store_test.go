@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -92,6 +93,26 @@ func TestBatchesSurviveReopen(t *testing.T) {
 		want[i] = opID(i)
 	}
 	assert.Equal(t, want, ids)
+
+	// Newest first, the same pages walk them backwards.
+	ids, cursor = nil, ""
+	for {
+		page, next, err := st.ListNewest(events.StateNew, "", cursor, 3)
+		require.NoError(t, err)
+		for _, op := range page {
+			ids = append(ids, op.ID)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	slices.Reverse(want)
+	assert.Equal(t, want, ids)
+	ready, _, err := st.ListNewest(events.StateReady, "", "", 2)
+	require.NoError(t, err)
+	require.Len(t, ready, 2)
+	assert.Equal(t, []string{opID(9), opID(8)}, []string{ready[0].ID, ready[1].ID})
 
 	_, _, err = st.List(events.StateNew, "", "not-hex", 3)
 	assert.ErrorIs(t, err, store.ErrBadCursor)

@@ -20,6 +20,9 @@ import (
 
 const queryTimeout = 5 * time.Second
 
+// historyPage is how many of each workspace's newest ops history reads.
+const historyPage = 100
+
 // approver is the session's approver as a client of Airlock: reads go
 // through the service's connection, resolutions name the approver.
 func (s *Server) approver(sess *session) (*producers.Approver, error) {
@@ -84,7 +87,7 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request, sess *ses
 	}
 	var ops []*events.Op
 	for _, name := range wss {
-		page, err := s.q.List(ctx, events.ListQuery{State: state, Workspace: name, Limit: 100})
+		page, err := s.q.List(ctx, events.ListQuery{State: state, Workspace: name, Limit: historyPage, Newest: true})
 		if err != nil {
 			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 			return

@@ -124,7 +124,7 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	require.Equal(t, 0, code, "%s %s", out, errOut)
 	assert.Regexp(t, `approval #\d+: grant of hold_[0-9a-f]{32} by approver at \S+Z, args sha256:[0-9a-f]{64}: ed25519-nkey signature over statement sha256:[0-9a-f]{64} verified with the key the log records \(U`, out)
 	approvers := filepath.Join(t.TempDir(), "approvers.json")
-	out, errOut, code = run(t, "approvers", "export", "--data", dir)
+	out, errOut, code = srv.run(t, "approvers", "export")
 	require.Equal(t, 0, code, errOut)
 	require.NoError(t, os.WriteFile(approvers, []byte(out), 0o644))
 	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub, "--approvers", approvers)

@@ -458,6 +458,27 @@ func TestInboxInBrowser(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, status, "another workspace's history")
 	assert.Equal(t, "NOT_AUTHORIZED", code)
 
+	// Bob denies his workspace's call from his page; it never runs.
+	bob.do(chromedp.Navigate(origin+"/holds/"+devHold), chromedp.WaitVisible(chromedp.CSS(`#reason`)),
+		chromedp.SendKeys(chromedp.CSS(`#reason`), "not now"),
+		chromedp.Click(chromedp.CSS(`button[value=deny]`)))
+	bob.until(`document.querySelector('#live [data-state="denied"]') !== null`)
+	assert.Contains(t, eval[string](bob, `document.getElementById("status").textContent`), "Denied")
+
+	// Every control has a name a screen reader says, every image a text.
+	for _, b := range []*browser{ann, bob} {
+		unnamed := eval[[]string](b, `(() => {
+			const bad = [];
+			for (const el of document.querySelectorAll("button, a[href], textarea, select, input")) {
+				const label = el.id && document.querySelector('label[for="' + el.id + '"]');
+				if (!(el.textContent.trim() || el.getAttribute("aria-label") || label)) bad.push(el.outerHTML);
+			}
+			for (const img of document.querySelectorAll("img")) if (!img.alt) bad.push(img.outerHTML);
+			return bad;
+		})()`)
+		assert.Empty(t, unnamed, "controls without an accessible name")
+	}
+
 	// Sign out, and in again with the passkey alone.
 	ann.do(chromedp.Click(chromedp.CSS(`[data-action=logout]`)))
 	ann.until(`location.pathname === "/login"`)

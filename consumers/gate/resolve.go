@@ -122,7 +122,8 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 // approver without a key (a server that authenticates nobody) signs
 // nothing. Nobody resolves a call its own agent made.
 func (g *Gate) checkApproval(held *events.Held, who Principal, res *events.Resolution) error {
-	if held.Request != nil && held.Request.Agent == who.Name {
+	// Names are checked only where the server authenticates them.
+	if g.cfg.Principals != nil && held.Request != nil && held.Request.Agent == who.Name {
 		return events.Errorf(events.CodeNotAuthorized, "%s asked for op %s: the agent that asks for a call never resolves it", who.Name, held.OpID)
 	}
 	if !who.signs() {

@@ -1,6 +1,7 @@
 package approvers
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -97,7 +98,10 @@ func (a *Account) WebAuthnCredentials() []webauthn.Credential {
 
 // Enrollment is what an enrollment link stands for.
 type Enrollment struct {
-	Approver  string    `json:"approver"`
+	Approver string `json:"approver"`
+	// Handle is the account's handle when the link was made: a link of
+	// an account removed and made again enrolls nothing.
+	Handle    []byte    `json:"handle"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
@@ -110,7 +114,10 @@ type Link struct {
 
 // Session is a logged-in approver.
 type Session struct {
-	Approver  string    `json:"approver"`
+	Approver string `json:"approver"`
+	// Handle is the account's handle at sign-in: a session outlives
+	// neither its account's removal nor its making again.
+	Handle    []byte    `json:"handle"`
 	CSRF      string    `json:"csrf"`
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -135,6 +142,31 @@ func Open(ctx context.Context, js jetstream.JetStream, clock func() time.Time) (
 }
 
 func accountKey(name string) string { return "account." + name }
+
+func handleKey(handle []byte) string { return "handle." + hex.EncodeToString(handle) }
+
+// ByHandle is the account whose WebAuthn user handle is handle: the
+// account a discoverable sign-in names.
+func (s *Store) ByHandle(ctx context.Context, handle []byte) (*Account, error) {
+	if len(handle) == 0 || len(handle) > 64 {
+		return nil, ErrNotFound
+	}
+	e, err := s.kv.Get(ctx, handleKey(handle))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	a, _, err := s.Account(ctx, string(e.Value()))
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(a.Handle, handle) {
+		return nil, ErrNotFound // made again since: another handle
+	}
+	return a, nil
+}
 
 // secretKey is where a token's record lives: its hash, never the token.
 func secretKey(kind, token string) string {
@@ -219,9 +251,14 @@ func (s *Store) Add(ctx context.Context, name string, ws []string, ttl time.Dura
 	if err := s.put(ctx, a, rev); err != nil {
 		return nil, "", err
 	}
+	if rev == 0 {
+		if _, err := s.kv.Put(ctx, handleKey(a.Handle), []byte(a.Name)); err != nil {
+			return nil, "", fmt.Errorf("approvers: write handle of %s: %w", name, err)
+		}
+	}
 	token := NewToken()
 	exp := s.clock().Add(ttl).UTC()
-	if err := s.createSecret(ctx, secretKey("enroll", token), Enrollment{Approver: name, ExpiresAt: exp}, ttl); err != nil {
+	if err := s.createSecret(ctx, secretKey("enroll", token), Enrollment{Approver: name, Handle: a.Handle, ExpiresAt: exp}, ttl); err != nil {
 		return nil, "", err
 	}
 	return a, token, nil
@@ -266,10 +303,14 @@ func (s *Store) AddPasskey(ctx context.Context, name string, p Passkey) error {
 
 // Remove deletes an account: its passkeys resolve nothing from then on.
 func (s *Store) Remove(ctx context.Context, name string) error {
-	if _, _, err := s.Account(ctx, name); err != nil {
+	a, _, err := s.Account(ctx, name)
+	if err != nil {
 		return err
 	}
-	return s.kv.Purge(ctx, accountKey(name))
+	if err := s.kv.Purge(ctx, accountKey(name)); err != nil {
+		return err
+	}
+	return s.kv.Purge(ctx, handleKey(a.Handle))
 }
 
 func (s *Store) createSecret(ctx context.Context, key string, v any, ttl time.Duration) error {
@@ -360,10 +401,10 @@ func (s *Store) UseLink(ctx context.Context, token string, check func(*Link) err
 
 // NewSession starts a session of approver, for at most life; it returns
 // the session's token (the cookie's secret).
-func (s *Store) NewSession(ctx context.Context, approver string, life time.Duration) (string, *Session, error) {
+func (s *Store) NewSession(ctx context.Context, a *Account, life time.Duration) (string, *Session, error) {
 	token := NewToken()
 	now := s.clock().UTC()
-	sess := &Session{Approver: approver, CSRF: NewToken(), CreatedAt: now, ExpiresAt: now.Add(life)}
+	sess := &Session{Approver: a.Name, Handle: a.Handle, CSRF: NewToken(), CreatedAt: now, ExpiresAt: now.Add(life)}
 	return token, sess, s.createSecret(ctx, secretKey("session", token), sess, life)
 }
 
@@ -384,6 +425,27 @@ func (s *Store) EndSession(ctx context.Context, token string) error {
 	return s.kv.Purge(ctx, secretKey("session", token))
 }
 
+// NewCeremony records a passkey ceremony's challenge, for ttl: a
+// ceremony finishes once.
+func (s *Store) NewCeremony(ctx context.Context, challenge string, ttl time.Duration) error {
+	return s.createSecret(ctx, secretKey("ceremony", challenge), struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}{s.clock().Add(ttl).UTC()}, ttl)
+}
+
+// UseCeremony uses a ceremony's challenge up; ErrUsed when it was used,
+// expired, or never begun.
+func (s *Store) UseCeremony(ctx context.Context, challenge string) error {
+	var c struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	rev, err := s.peekSecret(ctx, "ceremony", challenge, &c, func() time.Time { return c.ExpiresAt })
+	if err != nil {
+		return err
+	}
+	return s.useSecret(ctx, "ceremony", challenge, rev)
+}
+
 // MACKey is the deployment's key for the inbox's cookies, made once.
 func (s *Store) MACKey(ctx context.Context) ([]byte, error) {
 	const key = "mac"
@@ -401,21 +463,24 @@ func (s *Store) MACKey(ctx context.Context) ([]byte, error) {
 	return s.MACKey(ctx)
 }
 
-// Mark is value and a MAC of it by key, value "." MAC: what a cookie
-// keeps that its holder must not change.
-func Mark(key []byte, value string) string {
+// Mark is value and a MAC of purpose and value by key, value "." MAC:
+// what a cookie keeps that its holder must not change, and that passes
+// for nothing but what it is for.
+func Mark(key []byte, purpose, value string) string {
 	m := hmac.New(sha256.New, key)
+	m.Write([]byte(purpose))
+	m.Write([]byte{0})
 	m.Write([]byte(value))
 	return value + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// Unmark returns the value of a Mark whose MAC checks out.
-func Unmark(key []byte, marked string) (string, bool) {
+// Unmark returns the value of a Mark of purpose whose MAC checks out.
+func Unmark(key []byte, purpose, marked string) (string, bool) {
 	i := strings.LastIndexByte(marked, '.')
 	if i < 0 {
 		return "", false
 	}
-	if !hmac.Equal([]byte(Mark(key, marked[:i])), []byte(marked)) {
+	if !hmac.Equal([]byte(Mark(key, purpose, marked[:i])), []byte(marked)) {
 		return "", false
 	}
 	return marked[:i], true

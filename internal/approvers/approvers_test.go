@@ -65,10 +65,20 @@ func TestAccounts(t *testing.T) {
 	list, err := st.Accounts(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
+	byHandle, err := st.ByHandle(ctx, a.Handle)
+	require.NoError(t, err)
+	assert.Equal(t, "ann", byHandle.Name)
+	_, err = st.ByHandle(ctx, []byte("nobody"))
+	assert.ErrorIs(t, err, approvers.ErrNotFound)
 	require.NoError(t, st.Remove(ctx, "ann"))
 	_, _, err = st.Account(ctx, "ann")
 	assert.ErrorIs(t, err, approvers.ErrNotFound)
+	_, err = st.ByHandle(ctx, a.Handle)
+	assert.ErrorIs(t, err, approvers.ErrNotFound, "a removed account's passkeys sign in")
 	assert.ErrorIs(t, st.Remove(ctx, "ann"), approvers.ErrNotFound)
+	again, _, err := st.Add(ctx, "ann", []string{"prod"}, time.Hour)
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Handle, again.Handle, "an account made again is another account")
 }
 
 // An enrollment link and a hold link work once, even when many use them
@@ -134,18 +144,20 @@ func TestLinksWorkOnce(t *testing.T) {
 func TestSessionsAndMarks(t *testing.T) {
 	st, _ := open(t)
 	ctx := context.Background()
-	tok, s, err := st.NewSession(ctx, "ann", time.Second)
+	ann := &approvers.Account{Name: "ann", Handle: []byte("h")}
+	tok, s, err := st.NewSession(ctx, ann, time.Second)
 	require.NoError(t, err)
 	assert.NotEmpty(t, s.CSRF)
 	got, err := st.Session(ctx, tok)
 	require.NoError(t, err)
 	assert.Equal(t, "ann", got.Approver)
+	assert.Equal(t, []byte("h"), got.Handle)
 	assert.Equal(t, s.CSRF, got.CSRF)
 	time.Sleep(1100 * time.Millisecond)
 	_, err = st.Session(ctx, tok)
 	assert.ErrorIs(t, err, approvers.ErrUsed, "a session past its life")
 
-	tok, _, err = st.NewSession(ctx, "ann", time.Hour)
+	tok, _, err = st.NewSession(ctx, ann, time.Hour)
 	require.NoError(t, err)
 	require.NoError(t, st.EndSession(ctx, tok))
 	_, err = st.Session(ctx, tok)
@@ -156,8 +168,8 @@ func TestSessionsAndMarks(t *testing.T) {
 	k2, err := st.MACKey(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, k1, k2, "one key per deployment")
-	m := approvers.Mark(k1, "token.123")
-	v, ok := approvers.Unmark(k1, m)
+	m := approvers.Mark(k1, "session", "token.123")
+	v, ok := approvers.Unmark(k1, "session", m)
 	assert.True(t, ok)
 	assert.Equal(t, "token.123", v)
 	flip := "A"
@@ -165,9 +177,20 @@ func TestSessionsAndMarks(t *testing.T) {
 		flip = "B"
 	}
 	for _, bad := range []string{m[:len(m)-1] + flip, "token.124" + m[len("token.123"):], "nodot", ""} {
-		_, ok := approvers.Unmark(k1, bad)
+		_, ok := approvers.Unmark(k1, "session", bad)
 		assert.False(t, ok, bad)
 	}
-	_, ok = approvers.Unmark([]byte("another key"), m)
+	_, ok = approvers.Unmark([]byte("another key"), "session", m)
 	assert.False(t, ok)
+	_, ok = approvers.Unmark(k1, "ceremony", m)
+	assert.False(t, ok, "a mark passes for another purpose")
+
+	// A ceremony finishes once, and not after its time.
+	require.NoError(t, st.NewCeremony(ctx, "challenge-1", time.Minute))
+	require.NoError(t, st.UseCeremony(ctx, "challenge-1"))
+	assert.ErrorIs(t, st.UseCeremony(ctx, "challenge-1"), approvers.ErrUsed, "a ceremony finished again")
+	assert.ErrorIs(t, st.UseCeremony(ctx, "never-begun"), approvers.ErrUsed)
+	require.NoError(t, st.NewCeremony(ctx, "challenge-2", time.Second))
+	time.Sleep(1100 * time.Millisecond)
+	assert.ErrorIs(t, st.UseCeremony(ctx, "challenge-2"), approvers.ErrUsed, "a ceremony finished late")
 }

@@ -226,6 +226,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if _, err := SetLive(ctx, js, c.Live); err != nil {
 		return err
 	}
+	if err := provisionAudit(ctx, js, c); err != nil {
+		return err
+	}
+	return provisionApprovers(ctx, js, c)
+}
+
+// provisionAudit creates the audit checkpoint bucket, or updates it when
+// its settings differ.
+func provisionAudit(ctx context.Context, js jetstream.JetStream, c Config) error {
 	kc := AuditConfig(c)
 	if kv, err := js.KeyValue(ctx, kc.Bucket); err == nil {
 		if st, err := kv.Status(ctx); err == nil && st.History() == int64(kc.History) && st.BackingStore() == "JetStream" {
@@ -235,7 +244,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 		return fmt.Errorf("provision bucket %s: %w", kc.Bucket, err)
 	}
-	return provisionApprovers(ctx, js, c)
+	return nil
 }
 
 // provisionApprovers creates the approvers bucket, or updates it when

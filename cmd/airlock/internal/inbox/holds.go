@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -20,8 +22,12 @@ import (
 
 const queryTimeout = 5 * time.Second
 
-// historyPage is how many of each workspace's newest ops history reads.
-const historyPage = 100
+// historyPage is how many of each workspace's newest held ops history
+// shows; historyScan bounds the pages of ops it reads to find them.
+const (
+	historyPage = 100
+	historyScan = 10
+)
 
 // approver is the session's approver as a client of Airlock: reads go
 // through the service's connection, resolutions name the approver.
@@ -87,15 +93,24 @@ func (s *Server) handleHistory(w http.ResponseWriter, r *http.Request, sess *ses
 	}
 	var ops []*events.Op
 	for _, name := range wss {
-		page, err := s.q.List(ctx, events.ListQuery{State: state, Workspace: name, Limit: historyPage, Newest: true})
-		if err != nil {
-			s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
-			return
-		}
-		for _, op := range page.Ops {
-			if op.HoldID != "" && op.State != events.StateHeld {
-				ops = append(ops, op)
+		// The newest ops of the workspace, until historyPage of them were
+		// held, or historyScan pages were read.
+		q, found := events.ListQuery{State: state, Workspace: name, Limit: events.MaxPage, Newest: true}, 0
+		for range historyScan {
+			page, err := s.q.List(ctx, q)
+			if err != nil {
+				s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
+				return
 			}
+			for _, op := range page.Ops {
+				if op.HoldID != "" && op.State != events.StateHeld && found < historyPage {
+					ops, found = append(ops, op), found+1
+				}
+			}
+			if page.Next == "" || found == historyPage {
+				break
+			}
+			q.Cursor = page.Next
 		}
 	}
 	sort.SliceStable(ops, func(i, j int) bool { return resolvedAt(ops[i]).After(resolvedAt(ops[j])) })
@@ -311,6 +326,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, sess *sess
 		s.fail(w, r, http.StatusServiceUnavailable, CodeTooMany, fmt.Sprintf("the inbox serves %d live streams at most; the page retries", maxSSE))
 		return
 	}
+	if !s.streams.add(sess.account.Name) {
+		s.fail(w, r, http.StatusServiceUnavailable, CodeTooMany, fmt.Sprintf("%s has %d live streams open here, the most one approver may: close a tab", sess.account.Name, maxSSEPerApprover))
+		return
+	}
+	defer s.streams.done(sess.account.Name)
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, "streaming unsupported")
@@ -341,13 +361,21 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, sess *sess
 	w.WriteHeader(http.StatusOK)
 	_, _ = fmt.Fprint(w, "retry: 3000\n\n")
 	fl.Flush()
-	ping := time.NewTicker(20 * time.Second)
+	ping := time.NewTicker(ssePing)
 	defer ping.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-ping.C:
+			// The stream lasts as long as its session: signed out, idle,
+			// removed or made again, it ends (the page's next request
+			// goes to the sign-in).
+			if _, _, err := s.session(r); err != nil {
+				_, _ = fmt.Fprint(w, "event: ended\ndata: {}\n\n")
+				fl.Flush()
+				return
+			}
 			_, _ = fmt.Fprint(w, ": ping\n\n")
 		case m := <-ch:
 			ws, op, _, typ, ok := events.OpSubjectParts(events.SubjectRoot + "." + strings.TrimPrefix(m.Subject, events.LivePrefix))
@@ -361,14 +389,49 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, sess *sess
 	}
 }
 
+// ssePing is how often a live stream says it is alive and checks its
+// session.
+var ssePing = 15 * time.Second
+
+// maxSSEPerApprover bounds one approver's live streams in one process.
+const maxSSEPerApprover = 8
+
+// streamCount counts live streams by approver.
+type streamCount struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *streamCount) add(who string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[who] >= maxSSEPerApprover {
+		return false
+	}
+	c.n[who]++
+	return true
+}
+
+func (c *streamCount) done(who string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[who]--; c.n[who] <= 0 {
+		delete(c.n, who)
+	}
+}
+
 // View is how a hold's page shows a call: by tool.
 type View struct {
-	Kind  string // "exec", "patch", "json"
-	Argv  []string
-	Dir   string
-	Files []DiffFile
-	JSON  string
-	// Cut says the args were longer than the page shows.
+	Kind      string // "exec", "patch", "json"
+	Argv      []string
+	Dir       string
+	TimeoutMS int64
+	Files     []DiffFile
+	JSON      string
+	// Cut is how many bytes of the args the page leaves out.
 	Cut int
 }
 
@@ -386,9 +449,6 @@ type DiffLine struct {
 
 func view(tool string, args json.RawMessage, root string) View {
 	v := View{Kind: "json"}
-	if len(args) > MaxArgsShown {
-		v.Cut = len(args) - MaxArgsShown
-	}
 	switch tool {
 	case "exec":
 		var a struct {
@@ -396,9 +456,20 @@ func view(tool string, args json.RawMessage, root string) View {
 			TimeoutMS int64    `json:"timeout_ms"`
 		}
 		if json.Unmarshal(args, &a) == nil && len(a.Argv) > 0 {
-			v.Kind, v.Argv, v.Dir = "exec", a.Argv, root
+			v.Kind, v.Dir, v.TimeoutMS = "exec", visible(root), a.TimeoutMS
 			if v.Dir == "" {
 				v.Dir = "(a new temporary directory)"
+			}
+			shown := 0
+			for i, arg := range a.Argv {
+				if shown+len(arg) > MaxArgsShown {
+					for _, rest := range a.Argv[i:] {
+						v.Cut += len(rest)
+					}
+					break
+				}
+				shown += len(arg)
+				v.Argv = append(v.Argv, visible(arg))
 			}
 			return v
 		}
@@ -409,7 +480,7 @@ func view(tool string, args json.RawMessage, root string) View {
 		if json.Unmarshal(args, &a) == nil && a.Patch != "" {
 			p := a.Patch
 			if len(p) > MaxArgsShown {
-				p = p[:MaxArgsShown]
+				v.Cut, p = len(p)-MaxArgsShown, strings.ToValidUTF8(p[:MaxArgsShown], "")
 			}
 			v.Kind, v.Files = "patch", diff(p)
 			return v
@@ -422,13 +493,17 @@ func view(tool string, args json.RawMessage, root string) View {
 	}
 	out := buf.String()
 	if len(out) > MaxArgsShown {
-		out = out[:MaxArgsShown]
+		v.Cut, out = len(out)-MaxArgsShown, strings.ToValidUTF8(out[:MaxArgsShown], "")
 	}
-	v.JSON = out
+	v.JSON = visibleLines(out)
 	return v
 }
 
-// diff splits a unified diff into files and classified lines.
+// diff splits a unified diff into files and classified lines. Inside a
+// hunk, lines are read by the hunk's own counts: a line that looks like
+// a file header there ("--- x", "+++ x") is a removed or added line, as
+// the patch applies it, never a file name an agent could show instead of
+// the file it changes.
 func diff(patch string) []DiffFile {
 	var files []DiffFile
 	cur := func() *DiffFile {
@@ -437,42 +512,124 @@ func diff(patch string) []DiffFile {
 		}
 		return &files[len(files)-1]
 	}
+	add := func(kind, text string) { f := cur(); f.Lines = append(f.Lines, DiffLine{kind, visible(text)}) }
+	oldLeft, newLeft := 0, 0 // lines the hunk still has, of each side
+	headerDone := false      // the current file has had its +++ line
 	for _, line := range strings.Split(strings.TrimSuffix(patch, "\n"), "\n") {
+		if oldLeft > 0 || newLeft > 0 {
+			switch {
+			case strings.HasPrefix(line, "+"):
+				newLeft--
+				add("add", line)
+			case strings.HasPrefix(line, "-"):
+				oldLeft--
+				add("del", line)
+			case strings.HasPrefix(line, "\\"):
+				add("meta", line) // "\ No newline at end of file"
+			default:
+				oldLeft--
+				newLeft--
+				add("", line)
+			}
+			continue
+		}
 		switch {
 		case strings.HasPrefix(line, "diff --git "):
-			files = append(files, DiffFile{Name: strings.TrimPrefix(line, "diff --git ")})
-			cur().Lines = append(cur().Lines, DiffLine{"meta", line})
+			files = append(files, DiffFile{Name: visible(strings.TrimPrefix(line, "diff --git "))})
+			headerDone = false
+			add("meta", line)
 		case strings.HasPrefix(line, "--- "):
-			if len(files) == 0 || len(cur().Lines) > 1 && cur().Lines[len(cur().Lines)-1].Kind != "meta" {
-				files = append(files, DiffFile{Name: strings.TrimPrefix(line, "--- ")})
+			if len(files) == 0 || headerDone {
+				files = append(files, DiffFile{Name: visible(strings.TrimPrefix(line, "--- "))})
 			}
-			cur().Lines = append(cur().Lines, DiffLine{"meta", line})
+			headerDone = false
+			add("meta", line)
 		case strings.HasPrefix(line, "+++ "):
-			f := cur()
 			if name := strings.TrimPrefix(strings.TrimPrefix(line, "+++ "), "b/"); name != "/dev/null" {
-				f.Name = name
+				cur().Name = visible(name)
 			}
-			f.Lines = append(f.Lines, DiffLine{"meta", line})
+			headerDone = true
+			add("meta", line)
 		case strings.HasPrefix(line, "@@"):
-			cur().Lines = append(cur().Lines, DiffLine{"hunk", line})
-		case strings.HasPrefix(line, "+"):
-			cur().Lines = append(cur().Lines, DiffLine{"add", line})
-		case strings.HasPrefix(line, "-"):
-			cur().Lines = append(cur().Lines, DiffLine{"del", line})
+			oldLeft, newLeft = hunkCounts(line)
+			headerDone = true
+			add("hunk", line)
 		default:
-			cur().Lines = append(cur().Lines, DiffLine{"", line})
+			add("meta", line)
 		}
 	}
 	return files
 }
 
+// hunkCounts reads "@@ -a[,b] +c[,d] @@": b and d, 1 when absent.
+func hunkCounts(line string) (old, new int) {
+	f := strings.Fields(line)
+	count := func(field, sign string) int {
+		if !strings.HasPrefix(field, sign) {
+			return 0
+		}
+		_, n, ok := strings.Cut(field[1:], ",")
+		if !ok {
+			return 1
+		}
+		v, err := strconv.Atoi(n)
+		if err != nil || v < 0 {
+			return 0
+		}
+		return v
+	}
+	if len(f) < 3 {
+		return 0, 0
+	}
+	return count(f[1], "-"), count(f[2], "+")
+}
+
+// visible shows control and bidirectional formatting characters as
+// <U+XXXX>, so that text cannot reorder itself on screen or hide.
+func visible(s string) string {
+	if !strings.ContainsFunc(s, hidden) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if hidden(r) {
+			fmt.Fprintf(&b, "<U+%04X>", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// visibleLines is visible for text of several lines: its line breaks
+// stay.
+func visibleLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = visible(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func hidden(r rune) bool {
+	switch {
+	case r == '\t':
+		return false
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r >= 0x200b && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0xfeff, r == 0x061c:
+		return true
+	}
+	return false
+}
+
 func funcs(clock func() time.Time) map[string]any {
 	return map[string]any{
-		"ago": func(t *time.Time) string {
-			if t == nil {
+		"since": func(t time.Time) string {
+			if t.IsZero() {
 				return ""
 			}
-			return clock().Sub(*t).Round(time.Second).String()
+			return clock().Sub(t).Round(time.Second).String()
 		},
 		"until": func(t *time.Time) string {
 			if t == nil {
@@ -489,12 +646,6 @@ func funcs(clock func() time.Time) map[string]any {
 				return ""
 			}
 			return t.UTC().Format(time.RFC3339)
-		},
-		"short": func(s string) string {
-			if len(s) > 19 {
-				return s[:19] + "…"
-			}
-			return s
 		},
 	}
 }

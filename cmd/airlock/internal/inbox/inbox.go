@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -119,6 +120,9 @@ func ParseOrigin(origin string) (host string, err error) {
 	if err != nil || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return "", fmt.Errorf("inbox: origin %q: want scheme://host[:port] and nothing after, such as https://inbox.example.com", origin)
 	}
+	if origin != strings.ToLower(origin) {
+		return "", fmt.Errorf("inbox: origin %q: write it in lower case, as browsers send it", origin)
+	}
 	host = u.Hostname()
 	switch {
 	case u.Scheme == "https":
@@ -148,6 +152,8 @@ type Server struct {
 	mux  *http.ServeMux
 	sse  chan struct{}
 	q    *producers.Client
+	// streams counts each approver's live streams.
+	streams streamCount
 }
 
 // New makes the inbox.
@@ -177,7 +183,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, rpID: host, wa: wa, mac: mac, tmpl: tmpl, mux: http.NewServeMux(), sse: make(chan struct{}, maxSSE), q: q}
 	static, _ := fs.Sub(staticFS, "static")
-	s.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	files := http.StripPrefix("/static/", http.FileServerFS(static))
+	s.mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no listings
+			return
+		}
+		files.ServeHTTP(w, r)
+	}))
 	s.mux.HandleFunc("GET /{$}", s.authed(s.handleInbox))
 	s.mux.HandleFunc("GET /history", s.authed(s.handleHistory))
 	s.mux.HandleFunc("GET /holds/{hold}", s.authed(s.handleHold))
@@ -277,7 +290,7 @@ func (s *Server) session(r *http.Request) (*session, bool, error) {
 	if err != nil {
 		return nil, false, errors.New("log in with your passkey")
 	}
-	v, ok := approvers.Unmark(s.mac, c.Value)
+	v, ok := approvers.Unmark(s.mac, sessionCookie, c.Value)
 	if !ok {
 		return nil, false, errors.New("the session cookie is not one this inbox made: log in again")
 	}
@@ -298,15 +311,18 @@ func (s *Server) session(r *http.Request) (*session, bool, error) {
 		return nil, false, errors.New("the session ended: log in again")
 	}
 	a, _, err := s.cfg.Store.Account(ctx, st.Approver)
-	if err != nil {
-		return nil, false, fmt.Errorf("no approver %s any more: ask an operator", st.Approver)
+	if err != nil || !bytes.Equal(a.Handle, st.Handle) {
+		return nil, false, fmt.Errorf("no approver %s any more (removed, or made again since): ask an operator", st.Approver)
 	}
-	return &session{token: token, s: st, account: a}, now.Sub(last) > 30*time.Second, nil
+	// What the page fetches by itself (live reloads, the event stream)
+	// does not count as the approver's activity.
+	background := r.Header.Get("X-Airlock-Background") != "" || r.URL.Path == "/events"
+	return &session{token: token, s: st, account: a}, !background && now.Sub(last) > 30*time.Second, nil
 }
 
 func (s *Server) setSession(w http.ResponseWriter, token string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: approvers.Mark(s.mac, token+"."+approvers.Unix(s.cfg.Clock())),
+		Name: sessionCookie, Value: approvers.Mark(s.mac, sessionCookie, token+"."+approvers.Unix(s.cfg.Clock())),
 		Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode,
 		MaxAge: int(s.cfg.Life / time.Second),
 	})
@@ -328,8 +344,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, code, 
 		writeJSON(w, status, apiError{Code: code, Message: msg})
 		return
 	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	s.render(w, "error.html", map[string]any{"Title": "Not allowed", "Code": code, "Message": msg})
+	s.render(w, "error.html", map[string]any{"Title": http.StatusText(status), "Code": code, "Message": msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -367,7 +384,7 @@ func (s *Server) handleLink(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	l, err := s.cfg.Store.UseLink(ctx, r.PathValue("token"), func(l *approvers.Link) error {
 		if !sess.account.Can(l.Workspace) {
-			return fmt.Errorf("the link is to a hold in workspace %s, where %s does not approve", l.Workspace, sess.account.Name)
+			return errNotYours
 		}
 		return nil
 	})
@@ -375,8 +392,8 @@ func (s *Server) handleLink(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, approvers.ErrUsed):
 		s.fail(w, r, http.StatusGone, CodeLinkUsed, "this link was used already, has expired, or is not one this inbox made: open the inbox to find the hold")
 		return
-	case err != nil && strings.Contains(err.Error(), "does not approve"):
-		s.fail(w, r, http.StatusForbidden, CodeForbidden, err.Error())
+	case errors.Is(err, errNotYours):
+		s.fail(w, r, http.StatusForbidden, CodeForbidden, "this link is to a hold of a workspace "+sess.account.Name+" does not approve in: it is for another approver")
 		return
 	case err != nil:
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
@@ -384,6 +401,10 @@ func (s *Server) handleLink(w http.ResponseWriter, r *http.Request) {
 	}
 	http.Redirect(w, r, "/holds/"+url.PathEscape(l.HoldID), http.StatusSeeOther)
 }
+
+// errNotYours: a link to a hold of a workspace the approver does not
+// approve in.
+var errNotYours = errors.New("inbox: not the approver's workspace")
 
 // Handler wraps the server for an http.Server, with nothing else.
 func (s *Server) Handler() http.Handler { return s }

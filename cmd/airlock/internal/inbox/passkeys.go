@@ -27,26 +27,35 @@ import (
 type ceremony struct {
 	Kind    string               `json:"kind"` // "enroll:<token digest>" or "login"
 	Session webauthn.SessionData `json:"session"`
+	// Begun is when it began: it finishes within ceremonyTTL, once (its
+	// challenge is recorded in the store and used up at the finish).
+	Begun time.Time `json:"begun"`
 }
 
-func (s *Server) setCeremony(w http.ResponseWriter, c ceremony) error {
+func (s *Server) setCeremony(ctx context.Context, w http.ResponseWriter, c ceremony) error {
+	c.Begun = s.cfg.Clock().UTC()
+	if err := s.cfg.Store.NewCeremony(ctx, c.Session.Challenge, ceremonyTTL); err != nil {
+		return err
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: ceremonyCookie, Value: approvers.Mark(s.mac, base64.RawURLEncoding.EncodeToString(b)),
+		Name: ceremonyCookie, Value: approvers.Mark(s.mac, ceremonyCookie, base64.RawURLEncoding.EncodeToString(b)),
 		Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode, MaxAge: int(ceremonyTTL / time.Second),
 	})
 	return nil
 }
 
-func (s *Server) ceremony(r *http.Request, kind string) (*webauthn.SessionData, error) {
+// ceremony is the request's ceremony of kind, used up: a finish that
+// comes again, or late, is refused.
+func (s *Server) ceremony(ctx context.Context, r *http.Request, kind string) (*webauthn.SessionData, error) {
 	c, err := r.Cookie(ceremonyCookie)
 	if err != nil {
 		return nil, errors.New("no passkey ceremony in progress: start again")
 	}
-	v, ok := approvers.Unmark(s.mac, c.Value)
+	v, ok := approvers.Unmark(s.mac, ceremonyCookie, c.Value)
 	if !ok {
 		return nil, errors.New("the passkey ceremony's state is not one this inbox made: start again")
 	}
@@ -61,8 +70,11 @@ func (s *Server) ceremony(r *http.Request, kind string) (*webauthn.SessionData, 
 	if cer.Kind != kind {
 		return nil, errors.New("the passkey ceremony in progress is another one: start again")
 	}
-	if !cer.Session.Expires.IsZero() && s.cfg.Clock().After(cer.Session.Expires) {
-		return nil, errors.New("the passkey ceremony took too long: start again")
+	if age := s.cfg.Clock().Sub(cer.Begun); age > ceremonyTTL || age < -time.Minute {
+		return nil, fmt.Errorf("the passkey ceremony took longer than %s: start again", ceremonyTTL)
+	}
+	if err := s.cfg.Store.UseCeremony(ctx, cer.Session.Challenge); err != nil {
+		return nil, errors.New("this passkey ceremony was finished already, or took too long: start again")
 	}
 	return &cer.Session, nil
 }
@@ -90,9 +102,9 @@ func (s *Server) handleEnrollBegin(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusGone, CodeLinkUsed, "this enrollment link was used already or has expired: ask an operator for a new one")
 		return
 	}
-	a, _, err := s.cfg.Store.Account(ctx, en.Approver)
+	a, err := s.enrollee(ctx, en)
 	if err != nil {
-		s.fail(w, r, http.StatusGone, CodeLinkUsed, "the account of this link is gone: ask an operator")
+		s.fail(w, r, http.StatusGone, CodeLinkUsed, err.Error())
 		return
 	}
 	var exclude []protocol.CredentialDescriptor
@@ -105,12 +117,18 @@ func (s *Server) handleEnrollBegin(w http.ResponseWriter, r *http.Request) {
 			UserVerification: protocol.VerificationRequired,
 		}),
 		webauthn.WithExclusions(exclude),
-		webauthn.WithConveyancePreference(protocol.PreferNoAttestation))
+		webauthn.WithConveyancePreference(protocol.PreferNoAttestation),
+		// What the gate verifies (events.VerifyStatementSignature).
+		webauthn.WithCredentialParameters([]protocol.CredentialParameter{
+			{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.AlgES256},
+			{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.AlgEdDSA},
+			{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.AlgRS256},
+		}))
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
 		return
 	}
-	if err := s.setCeremony(w, ceremony{Kind: enrollKind(token), Session: *sd}); err != nil {
+	if err := s.setCeremony(ctx, w, ceremony{Kind: enrollKind(token), Session: *sd}); err != nil {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
 		return
 	}
@@ -126,14 +144,18 @@ func (s *Server) handleEnrollFinish(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusGone, CodeLinkUsed, "this enrollment link was used already or has expired: ask an operator for a new one")
 		return
 	}
-	sd, err := s.ceremony(r, enrollKind(token))
+	sd, err := s.ceremony(ctx, r, enrollKind(token))
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodePasskey, err.Error())
 		return
 	}
-	a, _, err := s.cfg.Store.Account(ctx, en.Approver)
+	a, err := s.enrollee(ctx, en)
 	if err != nil {
-		s.fail(w, r, http.StatusGone, CodeLinkUsed, "the account of this link is gone: ask an operator")
+		s.fail(w, r, http.StatusGone, CodeLinkUsed, err.Error())
+		return
+	}
+	if len(a.Passkeys) >= approvers.MaxPasskeys {
+		s.fail(w, r, http.StatusConflict, CodePasskey, fmt.Sprintf("%s has %d passkeys, the most an approver may have: the link is left unused; ask an operator to remove the approver and add it again", a.Name, approvers.MaxPasskeys))
 		return
 	}
 	cred, err := s.wa.FinishRegistration(a, *sd, r)
@@ -153,12 +175,12 @@ func (s *Server) handleEnrollFinish(w http.ResponseWriter, r *http.Request) {
 	}
 	pk := approvers.Passkey{PublicKey: pub, RP: events.RelyingParty{ID: s.rpID, Origin: s.cfg.Origin}, Credential: *cred, EnrolledAt: s.cfg.Clock().UTC()}
 	if err := s.cfg.Store.AddPasskey(ctx, a.Name, pk); err != nil {
-		s.fail(w, r, http.StatusConflict, CodePasskey, err.Error())
+		s.fail(w, r, http.StatusConflict, CodePasskey, err.Error()+": ask an operator for a new enrollment link")
 		return
 	}
 	s.cfg.Logger.Info("inbox: passkey enrolled", "approver", a.Name, "key", pub)
 	s.clearCookie(w, ceremonyCookie)
-	if err := s.login(ctx, w, a.Name); err != nil {
+	if err := s.login(ctx, w, r, a); err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 		return
 	}
@@ -183,8 +205,22 @@ func passkeyError(err error) string {
 	return err.Error()
 }
 
-func (s *Server) login(ctx context.Context, w http.ResponseWriter, approver string) error {
-	token, _, err := s.cfg.Store.NewSession(ctx, approver, s.cfg.Life)
+// enrollee is the account an enrollment is for, if it is still the
+// account the link was made for.
+func (s *Server) enrollee(ctx context.Context, en *approvers.Enrollment) (*approvers.Account, error) {
+	a, _, err := s.cfg.Store.Account(ctx, en.Approver)
+	if err != nil || !bytes.Equal(a.Handle, en.Handle) {
+		return nil, errors.New("the approver of this link was removed (or made again since): ask an operator for a new link")
+	}
+	return a, nil
+}
+
+// login starts a session of a, ending the one the request had, if any.
+func (s *Server) login(ctx context.Context, w http.ResponseWriter, r *http.Request, a *approvers.Account) error {
+	if old, _, err := s.session(r); err == nil {
+		_ = s.cfg.Store.EndSession(ctx, old.token)
+	}
+	token, _, err := s.cfg.Store.NewSession(ctx, a, s.cfg.Life)
 	if err != nil {
 		return err
 	}
@@ -215,7 +251,9 @@ func (s *Server) handleLoginBegin(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
 		return
 	}
-	if err := s.setCeremony(w, ceremony{Kind: "login", Session: *sd}); err != nil {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.setCeremony(ctx, w, ceremony{Kind: "login", Session: *sd}); err != nil {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
 		return
 	}
@@ -225,24 +263,19 @@ func (s *Server) handleLoginBegin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleLoginFinish(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	sd, err := s.ceremony(r, "login")
+	sd, err := s.ceremony(ctx, r, "login")
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, CodePasskey, err.Error())
 		return
 	}
 	var who *approvers.Account
 	_, err = s.wa.FinishDiscoverableLogin(func(rawID, handle []byte) (webauthn.User, error) {
-		accounts, err := s.cfg.Store.Accounts(ctx)
+		a, err := s.cfg.Store.ByHandle(ctx, handle)
 		if err != nil {
-			return nil, err
+			return nil, errors.New("no approver has this passkey")
 		}
-		for _, a := range accounts {
-			if bytes.Equal(a.Handle, handle) {
-				who = a
-				return a, nil
-			}
-		}
-		return nil, errors.New("no approver has this passkey")
+		who = a
+		return a, nil
 	}, *sd, r)
 	if err != nil || who == nil {
 		msg := "the passkey did not sign in"
@@ -253,7 +286,7 @@ func (s *Server) handleLoginFinish(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.clearCookie(w, ceremonyCookie)
-	if err := s.login(ctx, w, who.Name); err != nil {
+	if err := s.login(ctx, w, r, who); err != nil {
 		s.fail(w, r, http.StatusServiceUnavailable, CodeUnavailable, err.Error())
 		return
 	}

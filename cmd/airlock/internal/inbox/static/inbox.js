@@ -139,15 +139,22 @@ async function resolve(form, decision) {
 }
 
 // refresh reloads the live region; a change that comes while a reload
-// is in flight reloads it once more after.
+// is in flight reloads it once more after. Reloads are the page's own
+// doing, not the approver's: they do not keep the session alive.
 let refreshing = false, again = false;
 function refresh() {
   const live = document.getElementById("live");
   if (!live) return;
   if (refreshing) { again = true; return; }
   refreshing = true;
-  fetch(live.dataset.live, { credentials: "same-origin" })
-    .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.statusText))))
+  fetch(live.dataset.live, {
+    credentials: "same-origin",
+    headers: { "X-Airlock-Background": "1", "Accept": "text/html, application/json" },
+  })
+    .then((r) => {
+      if (r.status === 401) { signIn(); return Promise.reject(new Error("signed out")); }
+      return r.ok ? r.text() : Promise.reject(new Error(r.statusText));
+    })
     .then((html) => {
       // The server renders and escapes the fragment; it replaces the
       // region as HTML it made, never text from an event.
@@ -161,6 +168,21 @@ function refresh() {
     });
 }
 
+function signIn() {
+  location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+}
+
+// soon reloads shortly after the last of a burst of changes, and once
+// more a little later: an event is stored before the projection the page
+// reads has it.
+let soonTimer = null, laterTimer = null;
+function soon() {
+  clearTimeout(soonTimer);
+  clearTimeout(laterTimer);
+  soonTimer = setTimeout(refresh, 150);
+  laterTimer = setTimeout(refresh, 1200);
+}
+
 function listen() {
   const live = document.getElementById("live");
   if (!live || !window.EventSource) return;
@@ -169,12 +191,9 @@ function listen() {
     let d = {};
     try { d = JSON.parse(ev.data); } catch (e) { return; }
     if (live.dataset.op && live.dataset.op !== d.op_id) return;
-    // The event is stored before the projection the page reads has it:
-    // read now, and again shortly after.
-    refresh();
-    setTimeout(refresh, 400);
-    setTimeout(refresh, 1500);
+    soon();
   });
+  es.addEventListener("ended", () => { es.close(); signIn(); });
 }
 
 function countdowns() {
@@ -201,8 +220,9 @@ document.addEventListener("DOMContentLoaded", () => {
   if (form) {
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
-      const d = ev.submitter ? ev.submitter.value : "grant";
-      resolve(form, d);
+      // Only a press of Grant or Deny decides; Enter in the form does not.
+      if (!ev.submitter || !ev.submitter.value) return;
+      resolve(form, ev.submitter.value);
     });
   }
   countdowns();

@@ -56,6 +56,21 @@ func (g *globals) approverStore(ctx context.Context) (*approvers.Store, func(), 
 	return st, nc.Close, nil
 }
 
+// withApprovers runs fn with the deployment's approvers bucket, within
+// 10 seconds.
+func (g *globals) withApprovers(fn func(ctx context.Context, cmd *cobra.Command, st *approvers.Store, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+		defer cancel()
+		st, done, err := g.approverStore(ctx)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return fn(ctx, cmd, st, args)
+	}
+}
+
 func newApproversAdd(g *globals) *cobra.Command {
 	var ws []string
 	var ttl time.Duration
@@ -138,14 +153,7 @@ func newApproversList(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List the inbox's approvers, their workspaces and passkeys",
 		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			st, done, err := g.approverStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: g.withApprovers(func(ctx context.Context, cmd *cobra.Command, st *approvers.Store, _ []string) error {
 			accounts, err := st.Accounts(ctx)
 			if err != nil {
 				return err
@@ -156,7 +164,7 @@ func newApproversList(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", a.Name, strings.Join(a.Workspaces, ","), len(a.Passkeys), a.CreatedAt.Format(time.RFC3339))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 }
 
@@ -165,14 +173,7 @@ func newApproversRemove(g *globals) *cobra.Command {
 		Use:   "remove NAME",
 		Short: "Remove an inbox approver: its passkeys resolve nothing from then on",
 		Args:  usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			st, done, err := g.approverStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: g.withApprovers(func(ctx context.Context, cmd *cobra.Command, st *approvers.Store, args []string) error {
 			if err := st.Remove(ctx, args[0]); errors.Is(err, approvers.ErrNotFound) {
 				return fmt.Errorf("no inbox approver %s (airlock approvers list lists them)", args[0])
 			} else if err != nil {
@@ -180,6 +181,6 @@ func newApproversRemove(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "approver %s removed\n", args[0])
 			return nil
-		},
+		}),
 	}
 }

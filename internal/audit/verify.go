@@ -431,9 +431,31 @@ func storedHashes(src Source) (next func() (i int64, h []byte, ok bool, err erro
 	}, func() { c.Close() }, false, nil
 }
 
+// leafItem is what the walk's reader learns of one leaf: its place, its
+// stream and sequence, its record hash, or why it does not parse.
+type leafItem struct {
+	i      int64
+	stream string
+	seq    uint64
+	rh     tlog.Hash
+	err    error
+}
+
+// walkBatch is how many leaves the reader hands the hasher at once;
+// walkBatches how many batches are in flight.
+const (
+	walkBatch   = 1024
+	walkBatches = 4
+)
+
 // walk checks every leaf and stored hash, calling at(n) after n leaves. It
 // stops at the first leaf or hash that breaks the tree: nothing after it
 // can be hashed. hashes is false when the source has no stored hashes.
+//
+// Two goroutines share the work, so that a verify uses two cores: one
+// reads the leaves, parses each and hashes it (its record hash and the op
+// index's sum), the other appends the hashes to both trees and checks
+// the stored hashes, in order.
 func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 	nextStored, stop, none, err := storedHashes(src)
 	if err != nil {
@@ -442,40 +464,91 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 	defer stop()
 	hashes = !none
 
+	full := make(chan []leafItem, walkBatches)
+	free := make(chan []leafItem, walkBatches+2)
+	for range walkBatches + 2 {
+		free <- make([]leafItem, 0, walkBatch)
+	}
+	quit := make(chan struct{})
+	var readErr error
+	var ops opSum
+	go func() {
+		defer close(full)
+		batch := <-free
+		var lastStream []byte
+		var name string
+		send := func() bool {
+			select {
+			case full <- batch:
+			case <-quit:
+				return false
+			}
+			select {
+			case batch = <-free:
+			case <-quit:
+				return false
+			}
+			return true
+		}
+		readErr = src.Leaves(0, func(i int64, leaf []byte) error {
+			it := leafItem{i: i}
+			stream, op, seq, err := checkLeafOp(leaf)
+			if err != nil {
+				it.err = err
+			} else {
+				if !bytes.Equal(stream, lastStream) {
+					lastStream, name = append(lastStream[:0], stream...), string(stream)
+				}
+				it.stream, it.seq, it.rh = name, seq, tlog.RecordHash(leaf)
+				if len(op) > 0 {
+					ops.add(op, i)
+				}
+			}
+			batch = append(batch, it)
+			if it.err != nil {
+				send()
+				return errStop // nothing after it can be hashed
+			}
+			if len(batch) == walkBatch && !send() {
+				return errStop
+			}
+			return nil
+		})
+		if len(batch) > 0 {
+			select {
+			case full <- batch:
+			case <-quit:
+			}
+		}
+	}()
+
 	lastSeq := map[string]uint64{}
 	var expectHash int64
-	at(0)
-	err = src.Leaves(0, func(i int64, leaf []byte) error {
+	take := func(it leafItem) error {
 		switch {
-		case i != w.leaves:
-			w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing (next stored is %d)", w.leaves, i)
+		case it.i != w.leaves:
+			w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing (next stored is %d)", w.leaves, it.i)
 			return errStop
-		case i >= w.size:
-			w.report.add(w.max, LeafMismatch, i, "leaf %d is beyond the log's size %d", i, w.size)
+		case it.i >= w.size:
+			w.report.add(w.max, LeafMismatch, it.i, "leaf %d is beyond the log's size %d", it.i, w.size)
 			return errStop
-		}
-		stream, op, seq, err := checkLeafOp(leaf)
-		if err != nil {
-			w.report.add(w.max, LeafMismatch, i, "leaf %d: %v", i, err)
+		case it.err != nil:
+			w.report.add(w.max, LeafMismatch, it.i, "leaf %d: %v", it.i, it.err)
 			return errStop
 		}
 		// A stream that denies deletes numbers its messages without
 		// gaps, and the projector logs every one.
-		if prev, ok := lastSeq[string(stream)]; ok && seq != prev+1 {
-			w.report.add(w.max, LeafMismatch, i, "leaf %d is %s sequence %d, after sequence %d", i, stream, seq, prev)
+		if prev, ok := lastSeq[it.stream]; ok && it.seq != prev+1 {
+			w.report.add(w.max, LeafMismatch, it.i, "leaf %d is %s sequence %d, after sequence %d", it.i, it.stream, it.seq, prev)
 			return errStop
 		}
-		lastSeq[string(stream)] = seq
-		w.lastSeq = seq
-		if len(op) > 0 {
-			w.ops.add(op, i)
-		}
-		rh := tlog.RecordHash(leaf)
-		_, computed, err := w.app.AppendHash(rh)
+		lastSeq[it.stream] = it.seq
+		w.lastSeq = it.seq
+		_, computed, err := w.app.AppendHash(it.rh)
 		if err != nil {
 			return err
 		}
-		if err := w.rng.Append(rh[:], nil); err != nil {
+		if err := w.rng.Append(it.rh[:], nil); err != nil {
 			return err
 		}
 		if hashes {
@@ -485,11 +558,11 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 					return err
 				}
 				if !ok || si != expectHash {
-					w.hashProblem(level, i, expectHash, "is missing")
+					w.hashProblem(level, it.i, expectHash, "is missing")
 					return errStop
 				}
 				if !bytes.Equal(sh, h[:]) {
-					w.hashProblem(level, i, expectHash, "differs from the hash of its leaves")
+					w.hashProblem(level, it.i, expectHash, "differs from the hash of its leaves")
 					return errStop
 				}
 				expectHash++
@@ -499,12 +572,34 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		w.leaves++
 		at(w.leaves)
 		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
-		return hashes, err
 	}
-	if errors.Is(err, errStop) {
+	at(0)
+	var takeErr error
+	for batch := range full {
+		if takeErr == nil {
+			for _, it := range batch {
+				if takeErr = take(it); takeErr != nil {
+					close(quit)
+					break
+				}
+			}
+		}
+		select {
+		case free <- batch[:0]:
+		default:
+		}
+	}
+	// The reader is done: what it wrote is ours to read.
+	if takeErr == nil {
+		w.ops = ops
+	}
+	switch {
+	case errors.Is(takeErr, errStop):
 		return hashes, nil
+	case takeErr != nil:
+		return hashes, takeErr
+	case readErr != nil && !errors.Is(readErr, errStop):
+		return hashes, readErr
 	}
 	if w.leaves < w.size {
 		w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing: the log's size is %d", w.leaves, w.size)

@@ -44,6 +44,11 @@ type Config struct {
 	// (0700) if missing. It must be on a file system where fsync and
 	// rename are durable, and private to Airlock.
 	LedgerDir string
+	// LedgerNoSync writes the ledger without fsync (ledger.Ledger.NoSync):
+	// its records survive a crash of the process, not of the machine.
+	// Right beside an embedded server that fsyncs on an interval, which
+	// loses the op's events to a power loss too.
+	LedgerNoSync bool
 	// EnvAllow names the variables of Airlock's own environment the child
 	// gets; it gets nothing else. Default ["PATH"]. An empty, non-nil
 	// slice gives the child an empty environment.

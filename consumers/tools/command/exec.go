@@ -35,7 +35,7 @@ func New(cfg Config) (*Exec, error) {
 	if err := os.MkdirAll(cfg.LedgerDir, 0o700); err != nil {
 		return nil, fmt.Errorf("command: ledger: %w", err)
 	}
-	return &Exec{cfg: cfg, ledger: ledger.Ledger{Dir: cfg.LedgerDir, Name: "exec"}, log: cfg.Logger}, nil
+	return &Exec{cfg: cfg, ledger: ledger.Ledger{Dir: cfg.LedgerDir, Name: "exec", NoSync: cfg.LedgerNoSync}, log: cfg.Logger}, nil
 }
 
 // Tool is "exec".

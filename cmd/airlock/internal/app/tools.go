@@ -51,7 +51,7 @@ func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor
 		return a.gate.Policy().Root(ws)
 	}
 	ex, err := command.New(command.Config{
-		Root: root, LedgerDir: filepath.Join(cfg.DataDir, "ledger", "exec"),
+		Root: root, LedgerDir: filepath.Join(cfg.DataDir, "ledger", "exec"), LedgerNoSync: ledgerNoSync(cfg),
 		EnvAllow: cfg.Tools.ExecEnv, DefaultTimeout: cfg.Tools.ExecTimeout,
 		Bubblewrap: cfg.Tools.Bubblewrap, Logger: cfg.Logger,
 	})
@@ -72,11 +72,7 @@ func (a *App) builtinTools(ctx context.Context, cfg Config) ([]executor.Executor
 	}
 	for _, uc := range cfg.Tools.MCP {
 		uc.LedgerDir = filepath.Join(cfg.DataDir, "ledger", "mcp", uc.Name)
-		// Beside an embedded server that fsyncs on an interval, a power
-		// loss takes the op's events too: the ledger need not be more
-		// durable than they are. Beside --fsync always or an external
-		// (replicated) NATS, it must survive what they survive.
-		uc.LedgerNoSync = cfg.NATSURL == "" && !cfg.SyncAlways
+		uc.LedgerNoSync = ledgerNoSync(cfg)
 		if len(uc.Command) > 0 && uc.Dir == "" {
 			// An empty working directory of its own, outside the data dir.
 			dir, err := os.MkdirTemp("", "airlock-mcp-"+uc.Name+"-")
@@ -154,3 +150,10 @@ type upstreamCalls struct{ h *prometheus.HistogramVec }
 func (u *upstreamCalls) observe(tool, outcome string, took time.Duration) {
 	u.h.WithLabelValues(tool, outcome).Observe(took.Seconds())
 }
+
+// ledgerNoSync says whether the executors' ledgers may skip fsync.
+// Beside an embedded server that fsyncs on an interval, a power loss
+// takes the op's events too: the ledger need not be more durable than
+// they are. Beside --fsync always or an external (replicated) NATS, it
+// must survive what they survive.
+func ledgerNoSync(cfg Config) bool { return cfg.NATSURL == "" && !cfg.SyncAlways }

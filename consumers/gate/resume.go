@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
@@ -34,13 +35,20 @@ func (g *Gate) runResume(ctx context.Context) error {
 		return fmt.Errorf("gate: resume consumer: %w", err)
 	}
 	return pull.Batches(ctx, cons, pull.Config{Loops: 1, Max: 32, Heartbeat: g.cfg.AckWait / 3}, func(ctx context.Context, msgs []jetstream.Msg) {
+		// Each grant is another op's, settled by compare-and-swap on it:
+		// they are resumed at once, not one after another, so that a
+		// person who grants does not wait behind every grant before.
+		var wg sync.WaitGroup
 		for _, m := range msgs {
-			if err := g.resume(ctx, m); err != nil {
-				g.retry(m, "resume", err)
-				continue
-			}
-			_ = m.Ack()
+			wg.Go(func() {
+				if err := g.resume(ctx, m); err != nil {
+					g.retry(m, "resume", err)
+					return
+				}
+				_ = m.Ack()
+			})
 		}
+		wg.Wait()
 	})
 }
 

@@ -29,6 +29,9 @@ func newBench() *cobra.Command {
 			if cfg.Ops < 1 || cfg.Concurrency < 1 {
 				return usageError("--ops and --concurrency must be positive")
 			}
+			if cfg.Rate < 0 || cfg.Rate > 1e6 {
+				return usageError("--rate must be from 0 (half the peak) to 1000000 ops/s")
+			}
 			switch fsync {
 			case "always":
 				cfg.SyncAlways = true
@@ -86,9 +89,14 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(w, "warm-up (cold start):        %10.0f ops/s   (%d ops before the timed ones, not counted)\n", res.WarmupOpsPerS, res.Warmup)
 			}
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
+			fmt.Fprintf(w, "limit_ratio:                 %10.2f   (ops/s / (raw msgs/s / 3): three durable records per op the least)\n", res.LimitRatio)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
 			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
+			if res.Paced > 0 {
+				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS)
+				fmt.Fprintf(w, "%d in flight:                 p50 %.2f ms, p99 %.2f ms  (%d ops, %.0f ops/s)\n", res.LowConcurrency, res.LowP50MS, res.LowP99MS, res.Paced, res.LowOpsPerS)
+			}
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
 			}
@@ -114,6 +122,8 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Warmup, "warmup", 2000, "echo ops run first through the same Airlock and not timed (-1: none)")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
+	f.IntVar(&cfg.Paced, "paced", 2000, "ops of each latency phase: paced at --rate, then 16 in flight (-1: none)")
+	f.Float64Var(&cfg.Rate, "rate", 0, "ops/s of the paced phase; 0 for half the pipeline phase's")
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")

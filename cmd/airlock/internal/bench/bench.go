@@ -58,6 +58,12 @@ type Config struct {
 	// after the pipeline phase, one at a time, and the phase also runs
 	// the pipeline again keeping none; default 1000, -1 for none.
 	Results int
+	// Paced is the number of ops of each latency phase, run after the
+	// pipeline phase in the same Airlock: paced at Rate, then 16 at a
+	// time; default 2000, -1 for none. Rate is the paced phase's ops/s;
+	// 0 for half the pipeline phase's.
+	Paced int
+	Rate  float64
 	// Progress, when set, is told how far each phase (the Phase
 	// constants, in the order they run) has got: with 0 done when it
 	// starts, about every 100ms while it runs and once when it ends (done
@@ -85,8 +91,24 @@ type Result struct {
 	// Efficiency is ops/s x msgs per op / raw msgs/s: the share of raw
 	// JetStream publish throughput the pipeline turns into ops.
 	Efficiency float64 `json:"efficiency"`
-	P50MS      float64 `json:"p50_ms"`
-	P99MS      float64 `json:"p99_ms"`
+	// LimitRatio is ops/s / (raw msgs/s / 3): three durable records per
+	// op (the accepted request, the claim before the effect, the
+	// outcome) being the least the design needs.
+	LimitRatio float64 `json:"limit_ratio"`
+	// Paced ops were submitted at PacedRate ops/s (achieving
+	// PacedOpsPerS), each measured from its scheduled time to its
+	// outcome; then as many LowConcurrency at a time.
+	Paced          int     `json:"paced"`
+	PacedRate      float64 `json:"paced_rate"`
+	PacedOpsPerS   float64 `json:"paced_ops_per_s"`
+	PacedP50MS     float64 `json:"paced_p50_ms"`
+	PacedP99MS     float64 `json:"paced_p99_ms"`
+	LowConcurrency int     `json:"low_concurrency"`
+	LowOpsPerS     float64 `json:"low_ops_per_s"`
+	LowP50MS       float64 `json:"low_p50_ms"`
+	LowP99MS       float64 `json:"low_p99_ms"`
+	P50MS          float64 `json:"p50_ms"`
+	P99MS          float64 `json:"p99_ms"`
 	// CPUUSPerOp is the process's CPU time (user and system, every
 	// goroutine: server, Airlock and the benchmark's clients) during the
 	// pipeline phase, per op, in microseconds. On a busy machine it
@@ -169,6 +191,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Results == 0 {
 		cfg.Results = 1000
 	}
+	if cfg.Paced == 0 {
+		cfg.Paced = 2000
+	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
 		if err != nil {
@@ -189,6 +214,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("raw: %w", err)
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
+	res.LimitRatio = res.OpsPerS / (res.RawMsgsPerS / 3)
 	if cfg.Results > 0 {
 		ops, err := again(ctx, cfg, "noresults", func(c *Config) { c.noResults = true })
 		if err != nil {
@@ -213,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // under cfg.Dir, as change makes it, and returns its ops/s.
 func again(ctx context.Context, cfg Config, dir string, change func(*Config)) (float64, error) {
 	var r Result
-	cfg.Holds, cfg.Execs, cfg.Results = -1, -1, -1
+	cfg.Holds, cfg.Execs, cfg.Results, cfg.Paced = -1, -1, -1, -1
 	cfg.Dir = filepath.Join(cfg.Dir, dir)
 	change(&cfg)
 	if _, _, err := pipeline(ctx, cfg, &r); err != nil {
@@ -303,13 +329,19 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	if msgs, kept, bytes, err = stored(ctx, a.JetStream); err != nil {
 		return 0, 0, err
 	}
-	if cfg.Results > 0 {
-		// The fetches read the projection: let it fold every outcome.
-		st, err := a.JetStream.Stream(ctx, streams.Ops)
-		if err != nil {
+	if cfg.Paced > 0 {
+		// Normal load starts from a settled Airlock: the projection has
+		// folded the pipeline phase's backlog.
+		if err := settle(ctx, a); err != nil {
 			return 0, 0, err
 		}
-		if err := a.Projector.WaitApplied(ctx, st.CachedInfo().State.LastSeq); err != nil {
+		if err := latencyPhases(ctx, cfg, c, res); err != nil {
+			return 0, 0, fmt.Errorf("latency: %w", err)
+		}
+	}
+	if cfg.Results > 0 {
+		// The fetches read the projection: let it fold every outcome.
+		if err := settle(ctx, a); err != nil {
 			return 0, 0, err
 		}
 		if err := fetches(ctx, cfg, c, res); err != nil {
@@ -331,6 +363,16 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	msgs -= baseMsgs
 	bytes = (bytes - baseBytes) * msgs / max(kept-baseKept, 1)
 	return msgs, bytes, nil
+}
+
+// settle waits until the projection has applied everything the ops
+// stream holds.
+func settle(ctx context.Context, a *app.App) error {
+	st, err := a.JetStream.Stream(ctx, streams.Ops)
+	if err != nil {
+		return err
+	}
+	return a.Projector.WaitApplied(ctx, st.CachedInfo().State.LastSeq)
 }
 
 // submitAll submits n echo ops, concurrency at a time, with idempotency

@@ -16,11 +16,11 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var calls []progressCall // Progress is called one at a time
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Results: 40, Dir: t.TempDir(),
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Results: 40, Paced: 60, Dir: t.TempDir(),
 		Progress: func(phase string, done, total int64) { calls = append(calls, progressCall{phase, done, total}) }})
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
-		{bench.PhasePipeline, 300, 300}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
+		{bench.PhasePipeline, 300, 300}, {bench.PhasePaced, 60, 60}, {bench.PhaseLow, 60, 60}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
 		{bench.PhaseRaw, 1800, 1800}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
@@ -34,6 +34,16 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.OpsPerS, 0.0)
 	assert.Greater(t, res.RawMsgsPerS, 0.0)
 	assert.InDelta(t, res.OpsPerS*res.MsgsPerOp/res.RawMsgsPerS, res.Efficiency, 1e-9)
+	assert.InDelta(t, res.OpsPerS/(res.RawMsgsPerS/3), res.LimitRatio, 1e-9)
+	assert.Equal(t, 60, res.Paced)
+	assert.InDelta(t, res.OpsPerS/2, res.PacedRate, 1e-9, "half the peak")
+	assert.Greater(t, res.PacedOpsPerS, 0.0)
+	assert.LessOrEqual(t, res.PacedOpsPerS, res.PacedRate*1.5, "the paced phase keeps its rate")
+	assert.Greater(t, res.PacedP50MS, 0.0)
+	assert.LessOrEqual(t, res.PacedP50MS, res.PacedP99MS)
+	assert.Equal(t, 16, res.LowConcurrency)
+	assert.Greater(t, res.LowOpsPerS, 0.0)
+	assert.LessOrEqual(t, res.LowP50MS, res.LowP99MS)
 	assert.LessOrEqual(t, res.P50MS, res.P99MS)
 	assert.Equal(t, 20, res.Holds)
 	assert.Greater(t, res.HoldP50MS, 0.0)

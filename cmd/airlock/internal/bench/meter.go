@@ -20,6 +20,8 @@ const (
 	PhasePipelineNoLog     = "pipeline, no log"
 	PhasePipelineNoResults = "no results kept"
 	PhaseFetch             = "result fetch"
+	PhasePaced             = "paced"
+	PhaseLow               = "16 in flight"
 	PhaseAuditAppend       = "audit append"
 	PhaseAuditVerify       = "audit verify"
 )

@@ -122,7 +122,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Warmup, "warmup", 2000, "echo ops run first through the same Airlock and not timed (-1: none)")
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
-	f.IntVar(&cfg.Paced, "paced", 2000, "ops of each latency phase: paced at --rate, then 16 in flight (-1: none)")
+	f.IntVar(&cfg.Paced, "paced", 0, "ops of each latency phase: paced at --rate, then 16 in flight (default 2000, --ops when fewer; -1: none)")
 	f.Float64Var(&cfg.Rate, "rate", 0, "ops/s of the paced phase; 0 for half the pipeline phase's")
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")

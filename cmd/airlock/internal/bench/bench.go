@@ -60,7 +60,7 @@ type Config struct {
 	Results int
 	// Paced is the number of ops of each latency phase, run after the
 	// pipeline phase in the same Airlock: paced at Rate, then 16 at a
-	// time; default 2000, -1 for none. Rate is the paced phase's ops/s;
+	// time; default 2000 (Ops when fewer), -1 for none. Rate is the paced phase's ops/s;
 	// 0 for half the pipeline phase's.
 	Paced int
 	Rate  float64
@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.Results = 1000
 	}
 	if cfg.Paced == 0 {
-		cfg.Paced = 2000
+		cfg.Paced = min(2000, cfg.Ops)
 	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")

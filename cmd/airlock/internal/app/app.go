@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/inbox"
-	"github.com/airlock-dev/airlock/cmd/airlock/internal/notify"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/consumers/projector"
@@ -231,29 +229,20 @@ type App struct {
 	svc    interface{ Stop() error }
 	// upstreams are the MCP servers behind Airlock, closed with it;
 	// mcpClasses the classes of their tools, by Airlock tool name.
-	upstreams  []*mcp.Upstream
-	mcpClasses map[string]string
-	mcpCalls   *upstreamCalls
-	tempDirs   []string // removed at shutdown
-	http       *http.Server
-	httpLn     net.Listener
-	httpDone   chan struct{}
-	inbox      *inbox.Server
-	ui         *http.Server
-	uiLn       net.Listener
-	uiDone     chan struct{}
-	uiOrigin   string
-	done       chan struct{}
-	err        error
+	upstreams   []*mcp.Upstream
+	mcpClasses  map[string]string
+	mcpCalls    *upstreamCalls
+	tempDirs    []string // removed at shutdown
+	metricsHTTP httpPart
+	inbox       *inbox.Server
+	ui          httpPart
+	uiOrigin    string
+	done        chan struct{}
+	err         error
 }
 
 // MetricsAddr is where /metrics is served; empty when it is not.
-func (a *App) MetricsAddr() string {
-	if a.httpLn == nil {
-		return ""
-	}
-	return a.httpLn.Addr().String()
-}
+func (a *App) MetricsAddr() string { return a.metricsHTTP.addr() }
 
 // ClientURL is where NATS clients connect.
 func (a *App) ClientURL() string {
@@ -485,10 +474,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		}
 	}
 	if cfg.MetricsListen != "" {
-		if a.httpLn, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+		if err := a.metricsHTTP.listen(cfg.MetricsListen, &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}); err != nil {
 			return fmt.Errorf("app: metrics: %w", err)
 		}
-		a.http = &http.Server{Handler: a.Metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	}
 	if err := a.startUI(sctx, cfg); err != nil {
 		return err
@@ -521,26 +509,10 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
 	grp.Go(func() error { return named("live feed", a.Live.Run(gctx)) })
 	grp.Go(func() error { return named("notifier", notifier.Run(gctx)) })
-	if a.http != nil {
-		// Outside the group: /readyz keeps answering (not ready) when a
-		// part stops, until Shutdown.
-		a.httpDone = make(chan struct{})
-		go func() {
-			defer close(a.httpDone)
-			if err := a.http.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
-				cfg.Logger.Error("metrics server stopped", "err", err)
-			}
-		}()
-	}
-	if a.ui != nil {
-		a.uiDone = make(chan struct{})
-		go func() {
-			defer close(a.uiDone)
-			if err := a.ui.Serve(a.uiLn); !errors.Is(err, http.ErrServerClosed) {
-				cfg.Logger.Error("inbox stopped", "err", err)
-			}
-		}()
-	}
+	// Outside the group: /readyz keeps answering (not ready) when a part
+	// stops, until Shutdown.
+	a.metricsHTTP.serve(cfg.Logger, "metrics server")
+	a.ui.serve(cfg.Logger, "inbox")
 	go func() {
 		a.err = grp.Wait()
 		close(a.done)
@@ -605,176 +577,6 @@ func named(part string, err error) error {
 	return nil
 }
 
-// PolicyHash names the policy the gate decides with.
-func (a *App) PolicyHash() string { return a.gate.Policy().Hash() }
-
-// Policy is the policy the gate decides with.
-func (a *App) Policy() *policy.Policy { return a.gate.Policy() }
-
-// ReloadPolicy reads Config.PolicyFile again and, when it is valid, makes
-// it the policy of every decision from now on, recording the change as a
-// policy.loaded event. An invalid file changes nothing and is an error.
-func (a *App) ReloadPolicy(ctx context.Context) error {
-	if a.cfg.PolicyFile == "" {
-		return errors.New("app: no policy file to reload")
-	}
-	p, err := policy.Load(a.cfg.PolicyFile)
-	if err != nil {
-		return err
-	}
-	if p, err = withClasses(p, a.mcpClasses); err != nil {
-		return err
-	}
-	return a.gate.SetPolicy(ctx, p, a.cfg.PolicyFile)
-}
-
-// loadPolicy builds the policy the gate starts with, and says where it
-// came from.
-func loadPolicy(cfg Config, reg *executor.Registry, mcpClasses map[string]string) (*policy.Policy, string, error) {
-	if cfg.PolicyFile != "" {
-		spec := cfg.Policy
-		if len(spec.Tools) > 0 || spec.DefaultMode != "" || len(spec.Workspaces) > 0 || len(spec.Rules) > 0 || spec.HoldTTL != "" {
-			return nil, "", errors.New("app: a policy file and a policy spec exclude each other")
-		}
-		p, err := policy.Load(cfg.PolicyFile)
-		if err != nil {
-			return nil, "", err
-		}
-		p, err = withClasses(p, mcpClasses)
-		return p, cfg.PolicyFile, err
-	}
-	// The built-in policy, with the classes in-process executors declare
-	// for tools it does not name, shaped by the spec (serve's flags).
-	spec := policy.Default().Spec()
-	for t, c := range reg.Classes() {
-		if _, named := spec.Tools[t]; !named {
-			spec.Tools[t] = c
-		}
-	}
-	for t, c := range cfg.Policy.Tools {
-		spec.Tools[t] = c
-	}
-	if cfg.Policy.DefaultMode != "" {
-		spec.DefaultMode = cfg.Policy.DefaultMode
-	}
-	if len(cfg.Policy.Workspaces) > 0 {
-		spec.Workspaces = cfg.Policy.Workspaces
-	}
-	spec.Rules = append(spec.Rules, cfg.Policy.Rules...)
-	if cfg.Policy.HoldTTL != "" {
-		spec.HoldTTL = cfg.Policy.HoldTTL
-	}
-	p, err := policy.New(spec)
-	return p, "built-in", err
-}
-
-// withClasses adds to a policy file's tools the classes of the MCP
-// upstreams' tools it does not name: the MCP configuration, which the
-// operator writes too, classifies them (a tool it does not is
-// destructive). The file's own classes win. Airlock's built-in tools get
-// no class this way: a policy file names them or they are destructive.
-func withClasses(p *policy.Policy, classes map[string]string) (*policy.Policy, error) {
-	if len(classes) == 0 {
-		return p, nil
-	}
-	spec := p.Spec()
-	if spec.Tools == nil {
-		spec.Tools = map[string]string{}
-	}
-	for t, c := range classes {
-		if _, named := spec.Tools[t]; !named {
-			spec.Tools[t] = c
-		}
-	}
-	return policy.New(spec)
-}
-
-// principal looks a command's principal up in the authority.
-func (a *App) principal(name string) (gate.Principal, bool) {
-	p, ok := a.Authority.Lookup(name)
-	var gp gate.Principal
-	if ok {
-		gp = gate.Principal{Name: p.Name, Role: string(p.Role), Key: p.PublicKey}
-		if p.Role != authority.RoleApprover {
-			return gp, true
-		}
-	}
-	// An approver of the inbox signs with its passkeys, in its workspaces.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	acct, _, err := a.Approvers.Account(ctx, name)
-	if err != nil || len(acct.Passkeys) == 0 {
-		return gp, ok
-	}
-	if !ok {
-		gp = gate.Principal{Name: name, Role: gate.RoleApprover}
-	}
-	gp.Passkeys = map[string]events.RelyingParty{}
-	for _, pk := range acct.Passkeys {
-		gp.Passkeys[pk.PublicKey] = pk.RP
-	}
-	gp.PasskeyWorkspaces = acct.Workspaces
-	return gp, true
-}
-
-// notifier announces holds to the workspaces' webhooks, with a link to
-// the hold in the inbox when this process knows the inbox's origin.
-func (a *App) notifier(cfg Config) (*notify.Notifier, error) {
-	ncfg := notify.Config{
-		JetStream: a.JetStream, Webhook: func(ws string) string { return a.gate.Policy().Webhook(ws) },
-		Logger: cfg.Logger, Clock: cfg.Clock, Registerer: a.Metrics.Registry(),
-	}
-	if a.uiOrigin != "" {
-		ncfg.Link = func(ctx context.Context, ws, holdID string, expires time.Time) (string, error) {
-			token, err := a.Approvers.MintLink(ctx, ws, holdID, expires)
-			if err != nil {
-				return "", err
-			}
-			return a.uiOrigin + "/l/" + token, nil
-		}
-	}
-	return notify.New(ncfg)
-}
-
-// UIAddr is where the inbox is served; empty when it is not.
-func (a *App) UIAddr() string {
-	if a.uiLn == nil {
-		return ""
-	}
-	return a.uiLn.Addr().String()
-}
-
-// UIOrigin is the inbox's public origin; empty when it is not served.
-func (a *App) UIOrigin() string { return a.uiOrigin }
-
-// startUI listens for the inbox, when asked to.
-func (a *App) startUI(ctx context.Context, cfg Config) error {
-	if cfg.UIListen == "" {
-		return nil
-	}
-	if !cfg.Auth {
-		return errors.New("app: the inbox needs authentication: it resolves holds only with approvers' passkeys; drop --no-auth")
-	}
-	ln, err := net.Listen("tcp", cfg.UIListen)
-	if err != nil {
-		return fmt.Errorf("app: inbox: %w", err)
-	}
-	a.uiLn = ln
-	a.uiOrigin = cfg.UIOrigin
-	if a.uiOrigin == "" {
-		a.uiOrigin = fmt.Sprintf("http://localhost:%d", ln.Addr().(*net.TCPAddr).Port)
-	}
-	a.inbox, err = inbox.New(ctx, inbox.Config{
-		Conn: a.Conn, Store: a.Approvers, Origin: a.uiOrigin, Clock: cfg.Clock, Logger: cfg.Logger,
-		Root: func(ws string) string { return a.gate.Policy().Root(ws) },
-	})
-	if err != nil {
-		return err
-	}
-	a.ui = &http.Server{Handler: a.inbox, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	return nil
-}
-
 // Done is closed when a part stopped on its own (an error) or after
 // Shutdown.
 func (a *App) Done() <-chan struct{} { return a.done }
@@ -816,34 +618,12 @@ func (a *App) close() {
 			_ = a.Results.Close()
 		}
 	}
-	switch {
-	case a.uiDone != nil:
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := a.ui.Shutdown(ctx); err != nil {
-			_ = a.ui.Close()
-		}
-		cancel()
-		<-a.uiDone
-		a.uiDone = nil
-	case a.uiLn != nil:
-		_ = a.uiLn.Close()
-	}
+	a.ui.stop()
 	if a.inbox != nil {
 		_ = a.inbox.Close()
 		a.inbox = nil
 	}
-	switch {
-	case a.httpDone != nil:
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := a.http.Shutdown(ctx); err != nil {
-			_ = a.http.Close()
-		}
-		cancel()
-		<-a.httpDone
-		a.httpDone = nil
-	case a.httpLn != nil:
-		_ = a.httpLn.Close() // never served: start failed
-	}
+	a.metricsHTTP.stop()
 	if a.Metrics != nil {
 		a.Metrics.Close() // waits for scrapes reading the store
 	}

@@ -97,31 +97,9 @@ workspaces and prints a new link, for another passkey.`,
 			if err := g.notAnotherRole(name); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			st, done, err := g.approverStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer done()
-			a, token, err := st.Add(ctx, name, ws, ttl)
-			if err != nil {
-				return err
-			}
-			if origin == "" {
-				origin = readInboxOrigin(g.data)
-			}
-			link := "/enroll/" + token
-			if origin != "" {
-				link = origin + link
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "approver %s may resolve in: %s (%d passkeys enrolled)\n", a.Name, strings.Join(a.Workspaces, ", "), len(a.Passkeys))
-			fmt.Fprintf(w, "enrollment link (works once, until %s):\n%s\n", time.Now().Add(ttl).UTC().Format(time.RFC3339), link)
-			if origin == "" {
-				fmt.Fprintln(w, "(the inbox's origin is not known here: prefix the link with it, or give --origin)")
-			}
-			return nil
+			return g.withApprovers(func(ctx context.Context, cmd *cobra.Command, st *approvers.Store, _ []string) error {
+				return addApprover(ctx, cmd, st, g.data, name, ws, ttl, origin)
+			})(cmd, args)
 		},
 	}
 	f := cmd.Flags()
@@ -130,6 +108,29 @@ workspaces and prints a new link, for another passkey.`,
 	f.StringVar(&origin, "origin", "", "the inbox's origin, for the link; default what serve --ui recorded in the data dir")
 	_ = cmd.MarkFlagRequired("ws")
 	return cmd
+}
+
+// addApprover makes or extends an approver and prints its enrollment
+// link.
+func addApprover(ctx context.Context, cmd *cobra.Command, st *approvers.Store, data, name string, ws []string, ttl time.Duration, origin string) error {
+	a, token, err := st.Add(ctx, name, ws, ttl)
+	if err != nil {
+		return err
+	}
+	if origin == "" {
+		origin = readInboxOrigin(data)
+	}
+	link := "/enroll/" + token
+	if origin != "" {
+		link = origin + link
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "approver %s may resolve in: %s (%d passkeys enrolled)\n", a.Name, strings.Join(a.Workspaces, ", "), len(a.Passkeys))
+	fmt.Fprintf(w, "enrollment link (works once, until %s):\n%s\n", time.Now().Add(ttl).UTC().Format(time.RFC3339), link)
+	if origin == "" {
+		fmt.Fprintln(w, "(the inbox's origin is not known here: prefix the link with it, or give --origin)")
+	}
+	return nil
 }
 
 // notAnotherRole refuses an approver name that a principal of another

@@ -124,15 +124,7 @@ func (s *Server) handleEnrollBegin(w http.ResponseWriter, r *http.Request) {
 			{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.AlgEdDSA},
 			{Type: protocol.PublicKeyCredentialType, Algorithm: webauthncose.AlgRS256},
 		}))
-	if err != nil {
-		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
-		return
-	}
-	if err := s.setCeremony(ctx, w, ceremony{Kind: enrollKind(token), Session: *sd}); err != nil {
-		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, creation)
+	s.beginCeremony(ctx, w, r, enrollKind(token), sd, creation, err)
 }
 
 func (s *Server) handleEnrollFinish(w http.ResponseWriter, r *http.Request) {
@@ -247,17 +239,23 @@ func localPath(p string) bool {
 
 func (s *Server) handleLoginBegin(w http.ResponseWriter, r *http.Request) {
 	assertion, sd, err := s.wa.BeginDiscoverableLogin(webauthn.WithUserVerification(protocol.VerificationRequired))
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	s.beginCeremony(ctx, w, r, "login", sd, assertion, err)
+}
+
+// beginCeremony answers a ceremony's begin: the options for the browser
+// (what the library made, with err), the ceremony's state kept for its
+// finish.
+func (s *Server) beginCeremony(ctx context.Context, w http.ResponseWriter, r *http.Request, kind string, sd *webauthn.SessionData, options any, err error) {
+	if err == nil {
+		err = s.setCeremony(ctx, w, ceremony{Kind: kind, Session: *sd})
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if err := s.setCeremony(ctx, w, ceremony{Kind: "login", Session: *sd}); err != nil {
-		s.fail(w, r, http.StatusInternalServerError, CodeUnavailable, err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, assertion)
+	writeJSON(w, http.StatusOK, options)
 }
 
 func (s *Server) handleLoginFinish(w http.ResponseWriter, r *http.Request) {

@@ -177,7 +177,7 @@ func structuredHeader(ct string) nats.Header {
 func TestDecodeStructured(t *testing.T) {
 	want := &events.Claimed{
 		OpHeader: events.OpHeader{OpID: testOpID, Workspace: "acme"},
-		Attempt:  "att-1", Executor: "send_email", WorkSeq: 7, Delivery: 2,
+		Attempt:  "att-1", Claim: events.Claim{Executor: "send_email", WorkSeq: 7, Delivery: 2},
 	}
 	raw := `{"op_id":"` + testOpID + `","workspace":"acme","attempt":"att-1","executor":"send_email","work_seq":7,"delivery":2}`
 	b64 := base64.StdEncoding.EncodeToString([]byte(raw))

@@ -224,12 +224,12 @@ func TestExamplesAgree(t *testing.T) {
 	assert.Equal(t, req.Tool, dec.Request.Tool)
 	assert.Equal(t, req.IdempotencyKey, dec.Request.IdempotencyKey)
 
-	// decided -> claimed -> started -> completed folds, as do the
-	// alternatives.
+	// decided -> started (which claims the op) -> completed folds, as do
+	// the alternatives.
 	for _, last := range []string{"completed", "failed", "ambiguous"} {
 		t.Run(last, func(t *testing.T) {
 			op := &events.Op{}
-			for i, name := range []string{"decided", "claimed", "started", last, "scrubbed"} {
+			for i, name := range []string{"decided", "started", last, "scrubbed"} {
 				require.NoError(t, op.Apply(decodeExample(t, files[name]), uint64(i+1), t0), name)
 			}
 			assert.Equal(t, opID, op.ID)
@@ -237,6 +237,15 @@ func TestExamplesAgree(t *testing.T) {
 			assert.True(t, op.Scrubbed)
 		})
 	}
+	// A claimed event, as earlier versions wrote before the started
+	// event, folds from decided too.
+	t.Run("claimed", func(t *testing.T) {
+		op := &events.Op{}
+		require.NoError(t, op.Apply(decodeExample(t, files["decided"]), 1, t0))
+		require.NoError(t, op.Apply(decodeExample(t, files["claimed"]), 2, t0))
+		assert.Equal(t, events.StateExecuting, op.State)
+		assert.False(t, op.Started)
+	})
 	// held -> granted and held -> expired fold.
 	for _, next := range []string{"granted", "expired"} {
 		t.Run(next, func(t *testing.T) {

@@ -190,6 +190,9 @@ func TestSchemasMatchStructs(t *testing.T) {
 			check(t, reflect.TypeFor[events.Summary](), schemas.docs[short]["$defs"].(map[string]any)["summary"].(map[string]any))
 		})
 	}
+	t.Run("started/claim", func(t *testing.T) {
+		check(t, reflect.TypeFor[events.Claim](), schemas.docs["started"]["$defs"].(map[string]any)["claim"].(map[string]any))
+	})
 }
 
 // Every example fits its schemas, and the Go decoder accepts it.

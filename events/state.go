@@ -169,13 +169,12 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.ErrorCode, op.Error = CodeHoldExpired, "hold expired unresolved"
 		op.ResolvedAt = &at
 	case *Claimed:
-		op.Attempt = d.Attempt
-		op.Attempts++
+		op.claim(d.Attempt, &d.Claim, at)
 		op.Started = false
-		op.Instance, op.Host = d.Instance, d.Host
-		claimed := at
-		op.ClaimedAt = &claimed
 	case *Started:
+		if d.Claim != nil {
+			op.claim(d.Attempt, d.Claim, at)
+		}
 		op.Started = true
 	case *Completed:
 		op.ResultDigest, op.ResultBytes = d.ResultDigest, d.ResultBytes
@@ -193,6 +192,14 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 	op.Version = seq
 	op.UpdatedAt = at
 	return nil
+}
+
+// claim records an attempt's claim, made at at.
+func (op *Op) claim(attempt string, c *Claim, at time.Time) {
+	op.Attempt = attempt
+	op.Attempts++
+	op.Instance, op.Host = c.Instance, c.Host
+	op.ClaimedAt = &at
 }
 
 func (op *Op) summary(s *Summary) {
@@ -245,6 +252,14 @@ func (op *Op) next(data any) (State, error) {
 		}
 		return bad("claimed")
 	case *Started:
+		if d.Claim != nil {
+			// Claims the op and starts the attempt at once: as claimed
+			// would, then started.
+			if from == StateReady || (from == StateExecuting && d.Claim.Recovers == op.Attempt) {
+				return StateExecuting, nil
+			}
+			return bad("started")
+		}
 		if from == StateExecuting && d.Attempt == op.Attempt && !op.Started {
 			return StateExecuting, nil
 		}

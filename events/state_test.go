@@ -40,24 +40,28 @@ func stateEvents() map[string]any {
 		"denied":              &events.Denied{OpHeader: stateHdr, Code: events.CodeCapabilityDenied, Reason: "denied by bob", Actor: "bob"},
 		"granted":             &events.Granted{OpHeader: stateHdr, HoldID: "hold_1", ArgsDigest: testSummary().ArgsDigest, Approver: "alice", Reason: "looks fine"},
 		"expired":             &events.Expired{OpHeader: stateHdr, HoldID: "hold_1"},
-		"claimed a1":          &events.Claimed{OpHeader: stateHdr, Attempt: "a1", Executor: "send_email", WorkSeq: 50, Delivery: 1},
-		"claimed a2 recov a1": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2},
-		"claimed a2 recov zz": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2},
-		"claimed a2":          &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Executor: "send_email", WorkSeq: 51, Delivery: 1},
-		"started a1":          &events.Started{OpHeader: stateHdr, Attempt: "a1"},
-		"started zz":          &events.Started{OpHeader: stateHdr, Attempt: "zz"},
-		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
-		"completed zz":        &events.Completed{OpHeader: stateHdr, Attempt: "zz", ResultDigest: "sha256:r2", ResultBytes: 2},
-		"completed":           &events.Completed{OpHeader: stateHdr, ResultDigest: "sha256:r2", ResultBytes: 2},
-		"failed":              &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
-		"failed a1":           &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
-		"failed zz":           &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
-		"ambiguous a1":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
-		"ambiguous zz":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
-		"scrubbed":            &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
-		"completed a1 kept":   &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, KeptUntil: &keptUntil},
-		"result_erased":       &events.ResultErased{OpHeader: stateHdr, Reason: events.ErasedExpired, ResultDigest: "sha256:r1", ResultBytes: 13},
-		"result_erased blank": &events.ResultErased{OpHeader: stateHdr, ResultDigest: "sha256:r1", ResultBytes: 13},
+		"claimed a1":          &events.Claimed{OpHeader: stateHdr, Attempt: "a1", Claim: events.Claim{Executor: "send_email", WorkSeq: 50, Delivery: 1}},
+		"claimed a2 recov a1": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Claim: events.Claim{Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2}},
+		"claimed a2 recov zz": &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Claim: events.Claim{Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2}},
+		"claimed a2":          &events.Claimed{OpHeader: stateHdr, Attempt: "a2", Claim: events.Claim{Executor: "send_email", WorkSeq: 51, Delivery: 1}},
+		// Started events that claim the op (ADR 0023).
+		"claiming a1":          &events.Started{OpHeader: stateHdr, Attempt: "a1", Claim: &events.Claim{Executor: "send_email", WorkSeq: 50, Delivery: 1, Instance: "i1", Host: "h1"}},
+		"claiming a2 recov a1": &events.Started{OpHeader: stateHdr, Attempt: "a2", Claim: &events.Claim{Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2}},
+		"claiming a2 recov zz": &events.Started{OpHeader: stateHdr, Attempt: "a2", Claim: &events.Claim{Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2}},
+		"started a1":           &events.Started{OpHeader: stateHdr, Attempt: "a1"},
+		"started zz":           &events.Started{OpHeader: stateHdr, Attempt: "zz"},
+		"completed a1":         &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
+		"completed zz":         &events.Completed{OpHeader: stateHdr, Attempt: "zz", ResultDigest: "sha256:r2", ResultBytes: 2},
+		"completed":            &events.Completed{OpHeader: stateHdr, ResultDigest: "sha256:r2", ResultBytes: 2},
+		"failed":               &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
+		"failed a1":            &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
+		"failed zz":            &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
+		"ambiguous a1":         &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
+		"ambiguous zz":         &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
+		"scrubbed":             &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
+		"completed a1 kept":    &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, KeptUntil: &keptUntil},
+		"result_erased":        &events.ResultErased{OpHeader: stateHdr, Reason: events.ErasedExpired, ResultDigest: "sha256:r1", ResultBytes: 13},
+		"result_erased blank":  &events.ResultErased{OpHeader: stateHdr, ResultDigest: "sha256:r1", ResultBytes: 13},
 	}
 }
 
@@ -72,6 +76,7 @@ var stateHistories = map[string][]string{
 	"ready after grant":  {"held+summary", "granted", "decided+summary"},
 	"executing":          {"decided+summary", "claimed a1"},
 	"started":            {"decided+summary", "claimed a1", "started a1"},
+	"claimed by started": {"decided+summary", "claiming a1"},
 	"completed started":  {"decided+summary", "claimed a1", "started a1", "completed a1"},
 	"completed":          {"decided+summary", "claimed a1", "completed a1"},
 	"failed":             {"decided+summary", "failed"},
@@ -96,13 +101,16 @@ var allowed = map[string]map[string]events.State{
 		"denied+summary":  events.StateDenied,
 	},
 	"ready": {
-		"claimed a1":          events.StateExecuting,
-		"claimed a2":          events.StateExecuting,
-		"claimed a2 recov a1": events.StateExecuting,
-		"claimed a2 recov zz": events.StateExecuting,
-		"failed":              events.StateFailed,
-		"failed a1":           events.StateFailed,
-		"failed zz":           events.StateFailed,
+		"claimed a1":           events.StateExecuting,
+		"claimed a2":           events.StateExecuting,
+		"claimed a2 recov a1":  events.StateExecuting,
+		"claimed a2 recov zz":  events.StateExecuting,
+		"claiming a1":          events.StateExecuting,
+		"claiming a2 recov a1": events.StateExecuting,
+		"claiming a2 recov zz": events.StateExecuting,
+		"failed":               events.StateFailed,
+		"failed a1":            events.StateFailed,
+		"failed zz":            events.StateFailed,
 	},
 	"held": {
 		"granted":        events.StateGranted,
@@ -116,19 +124,29 @@ var allowed = map[string]map[string]events.State{
 		"denied+summary":  events.StateDenied,
 	},
 	"executing": {
-		"claimed a2 recov a1": events.StateExecuting,
-		"started a1":          events.StateExecuting,
-		"completed a1":        events.StateCompleted,
-		"completed a1 kept":   events.StateCompleted,
-		"failed a1":           events.StateFailed,
-		"ambiguous a1":        events.StateAmbiguous,
+		"claimed a2 recov a1":  events.StateExecuting,
+		"claiming a2 recov a1": events.StateExecuting,
+		"started a1":           events.StateExecuting,
+		"completed a1":         events.StateCompleted,
+		"completed a1 kept":    events.StateCompleted,
+		"failed a1":            events.StateFailed,
+		"ambiguous a1":         events.StateAmbiguous,
 	},
 	"started": {
-		"claimed a2 recov a1": events.StateExecuting,
-		"completed a1":        events.StateCompleted,
-		"completed a1 kept":   events.StateCompleted,
-		"failed a1":           events.StateFailed,
-		"ambiguous a1":        events.StateAmbiguous,
+		"claimed a2 recov a1":  events.StateExecuting,
+		"claiming a2 recov a1": events.StateExecuting,
+		"completed a1":         events.StateCompleted,
+		"completed a1 kept":    events.StateCompleted,
+		"failed a1":            events.StateFailed,
+		"ambiguous a1":         events.StateAmbiguous,
+	},
+	"claimed by started": {
+		"claimed a2 recov a1":  events.StateExecuting,
+		"claiming a2 recov a1": events.StateExecuting,
+		"completed a1":         events.StateCompleted,
+		"completed a1 kept":    events.StateCompleted,
+		"failed a1":            events.StateFailed,
+		"ambiguous a1":         events.StateAmbiguous,
 	},
 	"completed started":  {"scrubbed": events.StateCompleted},
 	"completed":          {"scrubbed": events.StateCompleted},
@@ -228,6 +246,11 @@ func TestApplyForbidden(t *testing.T) {
 		{name: "started by another attempt", history: "executing", ev: evs["started zz"], msg: "started not allowed in state executing"},
 		{name: "started before a claim", history: "ready", ev: evs["started a1"], msg: "started not allowed in state ready"},
 		{name: "started first", history: "new", ev: evs["started a1"], msg: "started cannot start an op"},
+		{name: "claiming started first", history: "new", ev: evs["claiming a1"], msg: "started cannot start an op"},
+		{name: "claiming started twice", history: "claimed by started", ev: evs["claiming a1"], msg: "started not allowed in state executing"},
+		{name: "started again after it claimed", history: "claimed by started", ev: evs["started a1"], msg: "started not allowed in state executing"},
+		{name: "claiming recovery of another attempt", history: "claimed by started", ev: evs["claiming a2 recov zz"], msg: "started not allowed in state executing"},
+		{name: "claiming started while held", history: "held", ev: evs["claiming a1"], msg: "started not allowed in state held"},
 		{name: "claimed while held", history: "held", ev: evs["claimed a1"], msg: "claimed not allowed in state held"},
 		{name: "expired after grant", history: "granted", ev: evs["expired"], msg: "expired not allowed in state granted"},
 		{name: "granted twice", history: "granted", ev: evs["granted"], msg: "granted not allowed in state granted"},
@@ -358,6 +381,20 @@ func TestApplyFields(t *testing.T) {
 		{name: "recovery claim", history: "executing", ev: "claimed a2 recov a1", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, "a2", op.Attempt)
 			assert.Equal(t, 2, op.Attempts)
+		}},
+		{name: "a started event that claims counts the attempt, started", history: "ready", ev: "claiming a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "a1", op.Attempt)
+			assert.Equal(t, 1, op.Attempts)
+			assert.True(t, op.Started)
+			assert.Equal(t, "i1", op.Instance)
+			assert.Equal(t, "h1", op.Host)
+			require.NotNil(t, op.ClaimedAt)
+			assert.Equal(t, t0.Add(time.Hour), *op.ClaimedAt)
+		}},
+		{name: "a recovery that claims by its started event", history: "claimed by started", ev: "claiming a2 recov a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, "a2", op.Attempt)
+			assert.Equal(t, 2, op.Attempts)
+			assert.True(t, op.Started)
 		}},
 		{name: "completed keeps the result's digest and size", history: "executing", ev: "completed a1", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, "sha256:r1", op.ResultDigest)

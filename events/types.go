@@ -175,9 +175,18 @@ type Expired struct {
 }
 
 // Claimed records an executor taking the op, before any side effect.
+// Since ADR 0023 the runner claims and starts an attempt in one append, a
+// started event that carries its Claim; claimed events are still read,
+// as versions before it wrote them.
 type Claimed struct {
 	OpHeader
-	Attempt  string `json:"attempt"`
+	Attempt string `json:"attempt"`
+	Claim
+}
+
+// Claim says who took an op for an attempt: in a claimed event, or in
+// the started event that claims the op and starts the attempt at once.
+type Claim struct {
 	Executor string `json:"executor"`
 	// Recovers names the attempt this claim takes over after its executor
 	// was lost; empty on a first claim.
@@ -201,12 +210,14 @@ type Claimed struct {
 	Host     string `json:"host,omitempty"`
 }
 
-// Started records that the attempt of the op's claim is about to take
-// effect: the runner appends it against the claim, and calls the executor
-// only once it is stored. A claim without a started event never reached
-// its side effect, which every process of a deployment can read; an
-// attempt with one may have taken effect, and is run again only on
-// evidence that it did not.
+// Started records that an attempt is about to take effect: the runner
+// calls the executor only once it is stored. With a Claim (ADR 0023) it
+// also takes the op for the attempt, appended against the decided event
+// (or, for a recovery, the lost attempt's newest event); without one it
+// follows the attempt's claimed event. An attempt without a started
+// event never reached its side effect, which every process of a
+// deployment can read; an attempt with one may have taken effect, and is
+// run again only on evidence that it did not.
 type Started struct {
 	OpHeader
 	Attempt string `json:"attempt"`
@@ -216,6 +227,9 @@ type Started struct {
 	// process can judge the attempt; never argument text. At most
 	// MaxEvidenceBytes.
 	Evidence json.RawMessage `json:"evidence,omitempty"`
+	// Claim is the claim this event makes; nil when a claimed event
+	// made it.
+	Claim *Claim `json:"claim,omitempty"`
 }
 
 // Completed records that the op ran and returned a result. Terminal. The

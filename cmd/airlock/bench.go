@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -17,7 +18,6 @@ func newBench() *cobra.Command {
 		cfg        bench.Config
 		asJSON     bool
 		fsync      string
-		profile    string
 		memprofile string
 		liveFeed   string
 	)
@@ -28,6 +28,9 @@ func newBench() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.Ops < 1 || cfg.Concurrency < 1 {
 				return usageError("--ops and --concurrency must be positive")
+			}
+			if cfg.Window < 0 || cfg.Window > cfg.Ops {
+				return usageError("--window must be from 0 (none) to --ops")
 			}
 			if cfg.Rate < 0 || cfg.Rate > 1e6 {
 				return usageError("--rate must be from 0 (half the peak) to 1000000 ops/s")
@@ -47,17 +50,6 @@ func newBench() *cobra.Command {
 			gogc := tuneGC()
 			if !asJSON {
 				fmt.Fprintf(os.Stderr, "bench: %d echo ops, %d in flight, GOGC=%d, %d warm-up ops first ...\n", cfg.Ops, cfg.Concurrency, gogc, max(cfg.Warmup, 0))
-			}
-			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
 			}
 			if memprofile != "" {
 				runtime.MemProfileRate = 64 << 10
@@ -93,6 +85,12 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
 			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
+			fmt.Fprintf(w, "memory after the pipeline:   %10.0f MB RSS (peak %.0f MB; Go %.0f MB, live heap %.0f MB); %d subjects in AIRLOCK_OPS\n",
+				res.Memory.RSSMB, res.Memory.PeakRSSMB, res.Memory.GoMB, res.Memory.HeapLiveMB, res.OpsSubjects)
+			fmt.Fprintf(w, "requests erased after the ops: %8d left when the last op ended, all erased %.1f s later\n", res.RequestsLeft, res.EraseLagS)
+			if len(res.Windows) > 0 {
+				printWindows(w, res.Windows)
+			}
 			if res.Paced > 0 {
 				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS)
 				fmt.Fprintf(w, "%d in flight:                 p50 %.2f ms, p99 %.2f ms  (%d ops, %.0f ops/s)\n", res.LowConcurrency, res.LowP50MS, res.LowP99MS, res.Paced, res.LowOpsPerS)
@@ -123,15 +121,32 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.IntVar(&cfg.Paced, "paced", 0, "ops of each latency phase: paced at --rate, then 16 in flight (default 2000, --ops when fewer; -1: none)")
+	f.IntVar(&cfg.Window, "window", 0, "report the pipeline phase in windows of this many ops (ops/s, CPU per op, p99, memory): a soak; 0 for none")
 	f.Float64Var(&cfg.Rate, "rate", 0, "ops/s of the paced phase; 0 for half the pipeline phase's")
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
 	f.StringVar(&liveFeed, "live-feed", "auto", "auto (off: nobody subscribes) or on, as for serve: on measures what republishing every stored message costs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
-	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile to this file")
+	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed pipeline phase to this file")
 	f.StringVar(&memprofile, "memprofile", "", "write an allocation profile to this file")
+	f.StringVar(&cfg.HeapProfile, "heapprofile", "", "write the live heap at the end of the pipeline phase, while its Airlock runs, to this file")
 	return cmd
+}
+
+// printWindows prints a soak's windows as a table, and how the last
+// window compares with the first.
+func printWindows(w io.Writer, ws []bench.Window) {
+	fmt.Fprintf(w, "%10s %9s %10s %9s %9s %9s %9s %9s\n", "ops", "ops/s", "CPU µs/op", "p99 ms", "RSS MB", "peak MB", "Go MB", "live MB")
+	for _, x := range ws {
+		fmt.Fprintf(w, "%10d %9.0f %10.0f %9.1f %9.0f %9.0f %9.0f %9.0f\n", x.Ops, x.OpsPerS, x.CPUUSPerOp, x.P99MS, x.RSSMB, x.PeakRSSMB, x.GoMB, x.HeapLiveMB)
+	}
+	if len(ws) < 2 {
+		return
+	}
+	first, last := ws[0], ws[len(ws)-1]
+	fmt.Fprintf(w, "last window against the first: ops/s x%.2f, CPU per op x%.2f, peak RSS x%.2f\n",
+		last.OpsPerS/first.OpsPerS, last.CPUUSPerOp/first.CPUUSPerOp, last.PeakRSSMB/first.PeakRSSMB)
 }
 
 // onOff says on or off.

@@ -130,29 +130,32 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // An Airlock process killed at each point of an exec, with the op then
 // settled by another process of the deployment that has none of the dead
-// one's files: after the claim it runs again; once started, it never runs
-// again, and only the dead process, back, can say it completed.
+// one's files: killed before its started event (the claim) was stored, the
+// op runs on the other; once started, it never runs again, and only the
+// dead process, back, can say it completed.
 func TestClusterAirlockKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
 	const claimTimeout = "2s"
-	t.Run("after the claim", func(t *testing.T) {
+	t.Run("before the start", func(t *testing.T) {
 		d := prepareDeployment(t, 2, "--claim-timeout", claimTimeout, "--log-level", "info")
 		js := d.cluster.jetStream(t, d.set)
-		d.startWith(0, []string{failpoint.EnvVar + "=" + failpoint.AfterClaim + ":exec"})
+		d.startWith(0, []string{failpoint.EnvVar + "=" + failpoint.BeforeStart + ":exec"})
 		c := d.agent(t, producers.WithWait(time.Second))
 		op := submitOnce(t, c, d.execRequest(1))
-		waitFor(t, 30*time.Second, "the claimed process dies", func() bool { return d.procExited(0) })
+		waitFor(t, 30*time.Second, "the process that took the op dies", func() bool { return d.procExited(0) })
 		d.start(1)
 		out := submitUntilEnd(t, c, d.execRequest(1), time.Minute)
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "claimed", "claimed", "started", "completed"}, typesOf(evs))
-		rerun := evs[2].Data.(*events.Claimed)
-		assert.Equal(t, evs[1].Data.(*events.Claimed).Attempt, rerun.Recovers)
-		assert.Equal(t, instanceOf(t, d.dirs[1]), rerun.Instance, "the other process ran it")
+		require.Equal(t, []string{"decided", "started", "completed"}, typesOf(evs))
+		claim := evs[1].Data.(*events.Started).Claim
+		require.NotNil(t, claim)
+		assert.Empty(t, claim.Recovers, "the dead process stored nothing to recover")
+		assert.Greater(t, claim.Delivery, uint64(1), "a redelivery of the decided event")
+		assert.Equal(t, instanceOf(t, d.dirs[1]), claim.Instance, "the other process ran it")
 		assert.Empty(t, ledgerLeft(t, d.dirs[1]))
 	})
 	t.Run("after the spawn", func(t *testing.T) {
@@ -170,8 +173,8 @@ func TestClusterAirlockKilled(t *testing.T) {
 		assert.Equal(t, events.StateAmbiguous, out.State, out.Message)
 		assert.Equal(t, events.CodeAmbiguous, out.Code)
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "claimed", "started", "ambiguous"}, typesOf(evs))
-		amb := evs[3].Data.(*events.Ambiguous)
+		require.Equal(t, []string{"decided", "started", "ambiguous"}, typesOf(evs))
+		amb := evs[2].Data.(*events.Ambiguous)
 		host, _ := os.Hostname()
 		assert.Equal(t, instanceOf(t, d.dirs[0]), amb.Instance, "names the instance that held the attempt")
 		assert.Equal(t, events.CleanHost(host), amb.Host)
@@ -200,10 +203,10 @@ func TestClusterAirlockKilled(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{3: 1}, d.markerCounts(t))
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(evs))
-		done := evs[3].Data.(*events.Completed)
+		require.Equal(t, []string{"decided", "started", "completed"}, typesOf(evs))
+		done := evs[2].Data.(*events.Completed)
 		assert.True(t, done.Recovered)
-		assert.Equal(t, evs[1].Data.(*events.Claimed).Attempt, done.Attempt, "the lost attempt's own outcome")
+		assert.Equal(t, evs[1].Data.(*events.Started).Attempt, done.Attempt, "the lost attempt's own outcome")
 		waitFor(t, time.Minute, "no ledger left", func() bool {
 			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
 		})
@@ -231,7 +234,7 @@ func TestClusterLeaderKilled(t *testing.T) {
 		node.start(t)
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
-		assert.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(opEvents(t, js, op)))
+		assert.Equal(t, []string{"decided", "started", "completed"}, typesOf(opEvents(t, js, op)))
 	})
 	t.Run("after the outcome append", func(t *testing.T) {
 		d := prepareDeployment(t, 2, "--claim-timeout", "3s")
@@ -257,7 +260,7 @@ func TestClusterLeaderKilled(t *testing.T) {
 		assert.Equal(t, map[int]int{2: 1}, d.markerCounts(t))
 		// A redelivery after the lost ack finds the op ended.
 		time.Sleep(4 * time.Second)
-		assert.Equal(t, []string{"decided", "claimed", "started", "completed"}, typesOf(opEvents(t, js, op)))
+		assert.Equal(t, []string{"decided", "started", "completed"}, typesOf(opEvents(t, js, op)))
 		waitFor(t, time.Minute, "no ledger left", func() bool {
 			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
 		})

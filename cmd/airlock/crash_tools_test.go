@@ -198,18 +198,18 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 		name, tool, point string
 		want              expect
 	}{
-		{"exec after claim", "exec", failpoint.AfterClaim, expect{events.StateCompleted, 1}},            // never spawned: run
+		{"exec before start", "exec", failpoint.BeforeStart, expect{events.StateCompleted, 1}},          // never spawned: run
 		{"exec after effect", "exec", failpoint.AfterEffect, expect{events.StateCompleted, 1}},          // exit recorded: done
 		{"exec after result kept", "exec", failpoint.AfterResultKept, expect{events.StateCompleted, 1}}, // result stored, no event
 		{"exec after result", "exec", failpoint.AfterResult, expect{events.StateCompleted, 1}},          // stored already
 		{"exec record error", "exec", failpoint.RecordError, expect{events.StateCompleted, 1}},          // exit recorded: done
-		{"patch after claim", "apply_patch", failpoint.AfterClaim, expect{events.StateCompleted, 1}},
+		{"patch before start", "apply_patch", failpoint.BeforeStart, expect{events.StateCompleted, 1}},
 		{"patch between files", "apply_patch", failpoint.PatchBetweenFiles, expect{events.StateAmbiguous, -1}},
 		{"patch after effect", "apply_patch", failpoint.AfterEffect, expect{events.StateCompleted, 1}},
 		{"patch after result kept", "apply_patch", failpoint.AfterResultKept, expect{events.StateCompleted, 1}},
 		{"patch after result", "apply_patch", failpoint.AfterResult, expect{events.StateCompleted, 1}},
 		{"patch record error", "apply_patch", failpoint.RecordError, expect{events.StateCompleted, 1}},
-		{"remote after claim", "append", failpoint.AfterClaim, expect{events.StateCompleted, 1}},   // never started, so run
+		{"remote before start", "append", failpoint.BeforeStart, expect{events.StateCompleted, 1}}, // never started, so run
 		{"remote after effect", "append", failpoint.AfterEffect, expect{events.StateCompleted, 1}}, // status: done
 		{"remote after result kept", "append", failpoint.AfterResultKept, expect{events.StateCompleted, 1}},
 		{"remote after result", "append", failpoint.AfterResult, expect{events.StateCompleted, 1}},
@@ -260,8 +260,8 @@ func TestCrashToolsAtFailpoints(t *testing.T) {
 			}
 			srv = startServer(t, dir, addr, nil, append([]string{"--policy", pol, "--claim-timeout", "1s"}, remoteTool...)...)
 			op := waitOpState(t, srv, c.opID(t))
-			if tc.tool == "append" && tc.point == failpoint.AfterClaim && op.State == events.StateFailed {
-				// The claim never started, so the restarted serve runs the
+			if tc.tool == "append" && tc.point == failpoint.BeforeStart && op.State == events.StateFailed {
+				// The attempt never started, so the restarted serve runs the
 				// call at once; the tool server may not have reconnected
 				// yet, and then nothing received the call.
 				assert.Equal(t, events.CodeRemoteUnavailable, op.ErrorCode, op.Error)

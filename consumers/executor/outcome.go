@@ -118,20 +118,26 @@ func (r *Runner) keep(ctx context.Context, call Call, item work, c *events.Compl
 // lost compare-and-swap is not an error: another runner settled the op,
 // and this event no longer counts.
 func (r *Runner) terminal(ctx context.Context, item work, expect uint64, t events.Type, data any, result json.RawMessage) error {
-	_, err := r.append(ctx, item, expect, t, data)
-	switch {
-	case err == nil:
-		if f, ok := data.(*events.Failed); ok {
-			r.cfg.Logger.Warn("op failed", "op", item.OpID, "ws", item.Workspace, "code", f.Code, "err", f.Message)
-		}
-		r.answer(item, data, result)
-		failpoint.Hit(failpoint.AfterResult, item.Tool)
-		r.forget(ctx, item)
-		return nil
-	case errors.Is(err, oplog.ErrConflict):
+	err := r.appendTerminal(ctx, item, expect, t, data, result)
+	if errors.Is(err, oplog.ErrConflict) {
 		return r.settledElsewhere(ctx, item)
 	}
 	return err
+}
+
+// appendTerminal is terminal with a lost compare-and-swap returned as
+// an error wrapping oplog.ErrConflict, for the caller to settle.
+func (r *Runner) appendTerminal(ctx context.Context, item work, expect uint64, t events.Type, data any, result json.RawMessage) error {
+	if _, err := r.append(ctx, item, expect, t, data); err != nil {
+		return err
+	}
+	if f, ok := data.(*events.Failed); ok {
+		r.cfg.Logger.Warn("op failed", "op", item.OpID, "ws", item.Workspace, "code", f.Code, "err", f.Message)
+	}
+	r.answer(item, data, result)
+	failpoint.Hit(failpoint.AfterResult, item.Tool)
+	r.forget(ctx, item)
+	return nil
 }
 
 // settledElsewhere settles a delivery whose append lost to another

@@ -53,12 +53,12 @@ func (r *Runner) ended(ctx context.Context, item work, data any) {
 	r.forget(ctx, item)
 }
 
-// conflict settles a job whose claim was reported lost, from the op's
-// newest event (and, when that is a started event, the claim it follows):
-// the claim is the job's own after all (a read-back lagged its landing:
-// own > 0 is its sequence and the job runs), the op moved on, another
-// group claimed it, a later delivery holds the claim, or an earlier
-// delivery of this very event claimed it and its runner is gone.
+// conflict settles a job whose started event, the claim of its attempt,
+// was reported lost, from the op's newest event: the event is the job's
+// own after all (a read-back lagged its landing: own > 0 is its sequence
+// and the call runs), the op moved on, another group took it, a later
+// delivery holds it, or an earlier delivery of this very event took it
+// and its runner is gone.
 func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64, err error) {
 	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
@@ -69,32 +69,19 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 		// the leader): look again later rather than drop the delivery.
 		return 0, fmt.Errorf("%w: read of %s is behind its claim", errNotClaimed, j.d.item.OpID)
 	}
-	var (
-		c        *events.Claimed
-		claimSeq = last.Seq
-		started  *oplog.Event
-	)
-	switch d := last.Data.(type) {
-	case *events.Claimed:
-		c = d
-	case *events.Started:
-		claim, err := oplog.LastOf(ctx, r.ops, opOf(j.d.item), events.TypeClaimed)
-		if err != nil {
-			return 0, fmt.Errorf("%w: the claim of started attempt %s: %w", errNotClaimed, d.Attempt, err)
-		}
-		cl, ok := claim.Data.(*events.Claimed)
-		if !ok || cl.Attempt != d.Attempt {
-			return 0, fmt.Errorf("%w: started attempt %s is not the newest claim's (a read behind the leader)", errNotClaimed, d.Attempt)
-		}
-		c, claimSeq, started = cl, claim.Seq, last
-	default:
+	lost, err := r.attemptOf(ctx, j.d.item, last)
+	if err != nil {
+		return 0, err
+	}
+	if lost == nil {
 		j.log.Debug("op already moved on; delivery dropped", "event_type", last.Type)
 		r.ended(ctx, j.d.item, last.Data)
 		return 0, nil
 	}
+	c := lost.claim
 	switch {
-	case started == nil && c.Attempt == j.call.Attempt && j.call.Attempt != "":
-		return claimSeq, nil
+	case lost.started != nil && lost.attempt == j.call.Attempt && j.call.Attempt != "":
+		return last.Seq, nil
 	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
 		return 0, nil // claimed through another decided event, or another group
 	case (c.Runner == "" || c.Runner == r.id) && c.Delivery >= j.d.n:
@@ -107,36 +94,71 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 	if j.call.Attempt == "" {
 		j.call.Attempt = nuid.Next()
 	}
-	return 0, r.recover(ctx, ex, j, c, last.Seq, started)
+	return 0, r.recover(ctx, ex, j, lost, last.Seq)
 }
 
-// recover settles an op whose attempt c was claimed by a runner that is
-// gone; last is the op's newest sequence, and started the attempt's
-// started event, nil when it has none. An attempt that never started is
-// run again at once: its started event would be stored before any effect.
-// One that started goes to the executor's Recover.
-func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Claimed, last uint64, started *oplog.Event) error {
+// attempt is the attempt an op's newest event belongs to, and its claim.
+type attempt struct {
+	attempt string
+	claim   events.Claim
+	// started is the attempt's started event; nil when it has none (a
+	// claimed event of an earlier version, never followed by one).
+	started *oplog.Event
+}
+
+// attemptOf is the attempt of the op's newest event last, when it is a
+// claim or a started event; nil when the op has moved on. A started event
+// claims the op itself (ADR 0023); one of an earlier version follows a
+// claimed event, which is read.
+func (r *Runner) attemptOf(ctx context.Context, item work, last *oplog.Event) (*attempt, error) {
+	switch d := last.Data.(type) {
+	case *events.Claimed:
+		return &attempt{attempt: d.Attempt, claim: d.Claim}, nil
+	case *events.Started:
+		if d.Claim != nil {
+			return &attempt{attempt: d.Attempt, claim: *d.Claim, started: last}, nil
+		}
+		claim, err := oplog.LastOf(ctx, r.ops, opOf(item), events.TypeClaimed)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the claim of started attempt %s: %w", errNotClaimed, d.Attempt, err)
+		}
+		cl, ok := claim.Data.(*events.Claimed)
+		if !ok || cl.Attempt != d.Attempt {
+			return nil, fmt.Errorf("%w: started attempt %s is not the newest claim's (a read behind the leader)", errNotClaimed, d.Attempt)
+		}
+		return &attempt{attempt: d.Attempt, claim: cl.Claim, started: last}, nil
+	}
+	return nil, nil
+}
+
+// recover settles an op whose attempt was taken by a runner that is gone;
+// last is the op's newest sequence. An attempt that never started (a
+// claimed event of an earlier version alone) is run again at once: a
+// started event would have been stored before any effect. One that
+// started goes to the executor's Recover.
+func (r *Runner) recover(ctx context.Context, ex Executor, j *job, a *attempt, last uint64) error {
 	item, call := j.d.item, j.call
+	c := a.claim
 	lost := Lost{
-		Attempt: c.Attempt, Instance: c.Instance, Host: c.Host, Runner: c.Runner,
+		Attempt: a.attempt, Instance: c.Instance, Host: c.Host, Runner: c.Runner,
 		Own: c.Instance != "" && c.Instance == r.cfg.Instance,
 	}
 	log := j.log.With("attempt", lost.Attempt, "instance", lost.Instance, "host", lost.Host)
 	rec := Recovery{Action: Rerun}
 	// A claim that names no instance was made by a version that wrote no
 	// started events: its attempt may have run, and by any instance.
-	inDoubt := started != nil || c.Instance == ""
+	inDoubt := a.started != nil || c.Instance == ""
 	if inDoubt {
-		if started != nil {
-			lost.StartedAt = started.Time
-			lost.Evidence = started.Data.(*events.Started).Evidence
+		if a.started != nil {
+			lost.StartedAt = a.started.Time
+			lost.Evidence = a.started.Data.(*events.Started).Evidence
 		}
 		var err error
 		if rec, err = ex.Recover(ctx, call, lost); err != nil {
 			return fmt.Errorf("recover %s: %w", item.OpID, err)
 		}
 	}
-	log.Info("recovering lost attempt", "started", started != nil, "in_doubt", inDoubt, "own", lost.Own, "action", rec.Action)
+	log.Info("recovering lost attempt", "started", a.started != nil, "in_doubt", inDoubt, "own", lost.Own, "action", rec.Action)
 	switch rec.Action {
 	case Defer:
 		if !lost.Own && j.d.n < c.Delivery+1+uint64(r.cfg.OwnerTries) {
@@ -160,24 +182,14 @@ func (r *Runner) recover(ctx context.Context, ex Executor, j *job, c *events.Cla
 	default:
 		return fmt.Errorf("recover %s: unknown action %v", item.OpID, rec.Action)
 	}
-	claim := r.claimEvent(ex, j)
-	claim.Attempt, claim.Recovers = call.Attempt, lost.Attempt
-	seq, err := r.append(ctx, item, last, events.TypeClaimed, claim)
-	if errors.Is(err, oplog.ErrConflict) {
-		return r.settledElsewhere(ctx, item) // another runner recovered it
-	}
-	if err != nil {
-		// Nothing ran; the next delivery, in a second, settles it.
-		return fmt.Errorf("%w: recovery claim: %w", errNotClaimed, err)
-	}
 	if call.Args == nil {
 		// Nothing ran, and nothing can: the request is gone.
-		failed := &events.Failed{OpHeader: hdr(item), Attempt: call.Attempt, Code: events.CodeRequestUnavailable,
+		failed := &events.Failed{OpHeader: hdr(item), Attempt: lost.Attempt, Code: events.CodeRequestUnavailable,
 			Message: fmt.Sprintf("the lost attempt %s took no effect, and the request message %d is gone", lost.Attempt, item.RequestSeq)}
 		log.Error("op failed: its request cannot be read", "code", failed.Code)
-		return r.terminal(ctx, item, seq, events.TypeFailed, failed, nil)
+		return r.terminal(ctx, item, last, events.TypeFailed, failed, nil)
 	}
-	return r.run(ctx, ex, call, item, seq, true, log)
+	return r.run(ctx, ex, j, last, lost.Attempt)
 }
 
 // describeLost names a lost attempt and who held it, for an ambiguous

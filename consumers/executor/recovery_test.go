@@ -93,28 +93,51 @@ const (
 	otherInstance = "00000000000000bb"
 )
 
+// The forms a lost attempt leaves in the op log: a started event that
+// claims the op (ADR 0023); a claimed event then a started event, or a
+// claimed event alone, as versions before it wrote them.
+type lostForm int
+
+const (
+	startedClaim lostForm = iota
+	claimedThenStarted
+	claimedOnly
+)
+
+func (f lostForm) String() string {
+	return [...]string{"started claims", "claimed then started", "claimed only"}[f]
+}
+
 // lostClaim writes what a runner of instance that died mid-call leaves
-// behind: the request, the decided event, a claim made through the
-// default consumer's first delivery of it, and, when started, the claim's
-// started event. It returns the op id and its newest sequence.
-func lostClaim(t *testing.T, n *testenv.NATS, instance string, started bool) (op string, lastSeq uint64) {
+// behind, in form: the request, the decided event, and the attempt's
+// claim, made through the default consumer's first delivery of it. It
+// returns the op id and its newest sequence.
+func lostClaim(t *testing.T, n *testenv.NATS, instance string, form lostForm) (op string, lastSeq uint64) {
 	t.Helper()
 	op, decidedSeq := readyOp(t, n, "scripted", `{"x":1}`)
 	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
 	require.NoError(t, err)
 	o := oplog.Op{Workspace: "rec", ID: op, Tool: "scripted"}
-	lastSeq, err = testenv.Writer(t, n.JetStream).Append(context.Background(), ops, o, decidedSeq, events.TypeClaimed, "test", &events.Claimed{
-		OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Executor: "scripted",
-		WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
+	claim := events.Claim{
+		Executor: "scripted", WorkSeq: decidedSeq, Delivery: 1, Consumer: streams.ExecutorConsumer(streams.DefaultExecutorGroup, "scripted"),
 		Runner: "gone-runner", Instance: instance, Host: "host-" + instance,
-	})
-	require.NoError(t, err)
-	if started {
-		lastSeq, err = testenv.Writer(t, n.JetStream).Append(context.Background(), ops, o, lastSeq, events.TypeStarted, "test", &events.Started{
-			OpHeader: events.OpHeader{OpID: op, Workspace: "rec"}, Attempt: "lost-attempt", Evidence: json.RawMessage(`{"files":[]}`),
-		})
+	}
+	hdr := events.OpHeader{OpID: op, Workspace: "rec"}
+	w := testenv.Writer(t, n.JetStream)
+	lastSeq = decidedSeq
+	if form != startedClaim {
+		lastSeq, err = w.Append(context.Background(), ops, o, lastSeq, events.TypeClaimed, "test", &events.Claimed{OpHeader: hdr, Attempt: "lost-attempt", Claim: claim})
 		require.NoError(t, err)
 	}
+	if form == claimedOnly {
+		return op, lastSeq
+	}
+	st := &events.Started{OpHeader: hdr, Attempt: "lost-attempt", Evidence: json.RawMessage(`{"files":[]}`)}
+	if form == startedClaim {
+		st.Claim = &claim
+	}
+	lastSeq, err = w.Append(context.Background(), ops, o, lastSeq, events.TypeStarted, "test", st)
+	require.NoError(t, err)
 	return op, lastSeq
 }
 
@@ -147,14 +170,15 @@ func lastEvent(t *testing.T, js jetstream.JetStream, op string) *oplog.Event {
 	return last
 }
 
-// A claim lost before its started event was stored never reached its
-// effect: it runs again under a new claim, without asking the executor,
-// whichever instance made it.
+// A claim of an earlier version lost before its started event was stored
+// never reached its effect: it runs again under a new attempt, without
+// asking the executor, whichever instance made it. (This version claims
+// and starts in one event, and leaves no such claim.)
 func TestLostClaimNeverStartedRunsAgain(t *testing.T) {
 	for _, instance := range []string{thisInstance, otherInstance} {
 		t.Run(instance, func(t *testing.T) {
 			n := testenv.StartNATS(t, streams.Config{})
-			op, _ := lostClaim(t, n, instance, false)
+			op, _ := lostClaim(t, n, instance, claimedOnly)
 			ex := &scripted{recovery: executor.Recovery{Action: executor.Ambiguous, Known: "not asked"}}
 			runRunner(t, n, ex)
 			last := lastEvent(t, n.JetStream, op)
@@ -162,85 +186,125 @@ func TestLostClaimNeverStartedRunsAgain(t *testing.T) {
 			assert.True(t, last.Data.(*events.Completed).Recovered)
 			assert.Equal(t, int32(1), ex.runs.Load())
 			assert.Zero(t, ex.recovered.Load(), "an attempt that never started is not the executor's to judge")
-			assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
+			assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
 				testenv.OpEvents(t, n.JetStream, "rec", op))
+			st := opEvent(t, n, op, 2).(*events.Started)
+			require.NotNil(t, st.Claim, "the rerun's started event claims the op")
+			assert.Equal(t, "lost-attempt", st.Claim.Recovers)
+			assert.Equal(t, thisInstance, st.Claim.Instance)
 		})
 	}
 }
 
 func TestLostClaimRecovery(t *testing.T) {
-	cases := []struct {
-		name     string
-		instance string
-		recovery executor.Recovery
-		want     []events.Type // after decided, claimed, started
-		runs     int32
-	}{
+	cases := []recoveryCase{
 		{"ambiguous is terminal and never reruns", thisInstance, executor.Recovery{Action: executor.Ambiguous, Known: "may have run"},
 			[]events.Type{events.TypeAmbiguous}, 0},
 		{"done records the lost attempt's result", thisInstance, executor.Recovery{Action: executor.Done, Result: json.RawMessage(`{"from":"ledger"}`)},
 			[]events.Type{events.TypeCompleted}, 0},
 		{"rerun runs once under a new claim", thisInstance, executor.Recovery{Action: executor.Rerun},
-			[]events.Type{events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, 1},
+			[]events.Type{events.TypeStarted, events.TypeCompleted}, 1},
 		{"defer of its own attempt is ambiguous at once", thisInstance, executor.Recovery{Action: executor.Defer, Known: "only the owner knows"},
 			[]events.Type{events.TypeAmbiguous}, 0},
 		{"defer waits for the owner, then ends ambiguous", otherInstance, executor.Recovery{Action: executor.Defer, Known: "only the owner knows"},
 			[]events.Type{events.TypeAmbiguous}, 0},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			n := testenv.StartNATS(t, streams.Config{})
-			op, _ := lostClaim(t, n, tc.instance, true)
-			next := replies(t, n, op)
-			ex := &scripted{recovery: tc.recovery}
-			runRunner(t, n, ex)
-			last := lastEvent(t, n.JetStream, op)
-			assert.Equal(t, append([]events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted}, tc.want...),
-				testenv.OpEvents(t, n.JetStream, "rec", op))
-			assert.Equal(t, tc.runs, ex.runs.Load())
-			lost := ex.lost.Load()
-			require.NotNil(t, lost)
-			assert.Equal(t, "lost-attempt", lost.Attempt)
-			assert.Equal(t, tc.instance, lost.Instance)
-			assert.Equal(t, "host-"+tc.instance, lost.Host)
-			assert.Equal(t, "gone-runner", lost.Runner)
-			assert.Equal(t, tc.instance == thisInstance, lost.Own)
-			assert.JSONEq(t, `{"files":[]}`, string(lost.Evidence), "the started event's evidence reaches Recover")
-			assert.False(t, lost.StartedAt.IsZero())
-			if tc.recovery.Action == executor.Defer && !lost.Own {
-				// The claim names delivery 1, and this consumer's first
-				// delivery is 1 too: deferred until delivery 1+1+OwnerTries
-				// (3), at which the op ends.
-				assert.Equal(t, int32(5), ex.recovered.Load())
-			} else {
-				assert.Equal(t, int32(1), ex.recovered.Load())
-			}
-			switch d := last.Data.(type) {
-			case *events.Ambiguous:
-				assert.Equal(t, "lost-attempt", d.Attempt)
-				assert.Equal(t, events.CodeAmbiguous, d.Code)
-				assert.Equal(t, tc.instance, d.Instance)
-				assert.Equal(t, "host-"+tc.instance, d.Host)
-				assert.Contains(t, d.Known, "attempt lost-attempt of instance "+tc.instance+" on host host-"+tc.instance+", started ")
-				assert.True(t, strings.HasSuffix(d.Known, ": "+tc.recovery.Known), d.Known)
-			case *events.Completed:
-				assert.True(t, d.Recovered, "completed through recovery")
-				want := `{"ran":true}`
-				if tc.recovery.Action == executor.Done {
-					want = `{"from":"ledger"}`
-					assert.Equal(t, "lost-attempt", d.Attempt, "Done completes the lost attempt itself")
-				}
-				// The event holds the digest; the result goes to the reply.
-				assert.Equal(t, events.Digest([]byte(want)), d.ResultDigest)
-				assert.Equal(t, len(want), d.ResultBytes)
-				r := next()
-				assert.Equal(t, events.StateCompleted, r.State)
-				assert.JSONEq(t, want, string(r.Result), "a recovered result reaches the reply")
-				assert.Equal(t, d.ResultDigest, r.ResultDigest)
-			default:
-				t.Fatalf("last event %T", d)
-			}
-		})
+	for _, form := range []lostForm{startedClaim, claimedThenStarted} {
+		for _, tc := range cases {
+			t.Run(form.String()+"/"+tc.name, func(t *testing.T) {
+				lostAttemptRecovery(t, form, tc)
+			})
+		}
+	}
+}
+
+// recoveryCase is a lost attempt's recovery: the instance that made it,
+// the executor's verdict, the events it leads to after the lost attempt's
+// own, and how often the call runs again.
+type recoveryCase struct {
+	name     string
+	instance string
+	recovery executor.Recovery
+	want     []events.Type
+	runs     int32
+}
+
+// lostAttemptRecovery recovers an attempt lost in form, as tc says.
+func lostAttemptRecovery(t *testing.T, form lostForm, tc recoveryCase) {
+	n := testenv.StartNATS(t, streams.Config{})
+	op, _ := lostClaim(t, n, tc.instance, form)
+	next := replies(t, n, op)
+	ex := &scripted{recovery: tc.recovery}
+	runRunner(t, n, ex)
+	last := lastEvent(t, n.JetStream, op)
+	before := []events.Type{events.TypeDecided, events.TypeStarted}
+	if form == claimedThenStarted {
+		before = []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted}
+	}
+	assert.Equal(t, append(before, tc.want...), testenv.OpEvents(t, n.JetStream, "rec", op))
+	assert.Equal(t, tc.runs, ex.runs.Load())
+	lost := ex.lost.Load()
+	require.NotNil(t, lost)
+	assert.Equal(t, "lost-attempt", lost.Attempt)
+	assert.Equal(t, tc.instance, lost.Instance)
+	assert.Equal(t, "host-"+tc.instance, lost.Host)
+	assert.Equal(t, "gone-runner", lost.Runner)
+	assert.Equal(t, tc.instance == thisInstance, lost.Own)
+	assert.JSONEq(t, `{"files":[]}`, string(lost.Evidence), "the started event's evidence reaches Recover")
+	assert.False(t, lost.StartedAt.IsZero())
+	if tc.recovery.Action == executor.Defer && !lost.Own {
+		// The claim names delivery 1, and this consumer's first
+		// delivery is 1 too: deferred until delivery 1+1+OwnerTries
+		// (3), at which the op ends.
+		assert.Equal(t, int32(5), ex.recovered.Load())
+	} else {
+		assert.Equal(t, int32(1), ex.recovered.Load())
+	}
+	switch d := last.Data.(type) {
+	case *events.Ambiguous:
+		assert.Equal(t, "lost-attempt", d.Attempt)
+		assert.Equal(t, events.CodeAmbiguous, d.Code)
+		assert.Equal(t, tc.instance, d.Instance)
+		assert.Equal(t, "host-"+tc.instance, d.Host)
+		assert.Contains(t, d.Known, "attempt lost-attempt of instance "+tc.instance+" on host host-"+tc.instance+", started ")
+		assert.True(t, strings.HasSuffix(d.Known, ": "+tc.recovery.Known), d.Known)
+	case *events.Completed:
+		assert.True(t, d.Recovered, "completed through recovery")
+		want := `{"ran":true}`
+		if tc.recovery.Action == executor.Done {
+			want = `{"from":"ledger"}`
+			assert.Equal(t, "lost-attempt", d.Attempt, "Done completes the lost attempt itself")
+		}
+		// The event holds the digest; the result goes to the reply.
+		assert.Equal(t, events.Digest([]byte(want)), d.ResultDigest)
+		assert.Equal(t, len(want), d.ResultBytes)
+		r := next()
+		assert.Equal(t, events.StateCompleted, r.State)
+		assert.JSONEq(t, want, string(r.Result), "a recovered result reaches the reply")
+		assert.Equal(t, d.ResultDigest, r.ResultDigest)
+	default:
+		t.Fatalf("last event %T", d)
+	}
+}
+
+// opEvent is the ith event (from 0) of op in workspace rec.
+func opEvent(t *testing.T, n *testenv.NATS, op string, i int) any {
+	t.Helper()
+	ops, err := n.JetStream.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	m, err := ops.GetMsg(context.Background(), 1, jetstream.WithGetMsgSubject(events.OpFilter("rec", op)))
+	require.NoError(t, err)
+	for seq := m.Sequence; ; seq++ {
+		raw, err := ops.GetMsg(context.Background(), seq)
+		if err != nil || !strings.HasPrefix(raw.Subject, "airlock.v1.op.rec."+op+".") {
+			continue
+		}
+		if i == 0 {
+			ev, err := oplog.Decode(raw)
+			require.NoError(t, err)
+			return ev.Data
+		}
+		i--
 	}
 }
 
@@ -269,7 +333,7 @@ func TestRequestReadBehindAReplicaRuns(t *testing.T) {
 // as another instance's started attempt, and a Defer ends ambiguous.
 func TestLostClaimOfAnEarlierVersionIsInDoubt(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{})
-	op, _ := lostClaim(t, n, "", false)
+	op, _ := lostClaim(t, n, "", claimedOnly)
 	ex := &scripted{recovery: executor.Recovery{Action: executor.Defer, Known: "no record here"}}
 	runRunner(t, n, ex)
 	last := lastEvent(t, n.JetStream, op)
@@ -313,4 +377,30 @@ func TestRequestNotFoundIsReadAgainBeforeTheOpFails(t *testing.T) {
 	f := last.Data.(*events.Failed)
 	assert.Equal(t, events.CodeRequestUnavailable, f.Code)
 	assert.Contains(t, f.Message, "is gone")
+}
+
+// touching is a scripted executor whose call touches a file that its
+// lost attempt's effect changed: the operands checked again on the
+// redelivery differ from the decision's.
+type touching struct{ scripted }
+
+func (*touching) Operands(context.Context, string, json.RawMessage) (map[string]string, error) {
+	return map[string]string{"f.txt": "sha256:after-the-lost-attempt"}, nil
+}
+
+// A redelivered decided event whose op a lost attempt started, and whose
+// operands that attempt's effect changed, goes to recovery: the check the
+// runner makes before it takes an op does not end an op that another
+// attempt holds.
+func TestLostAttemptWhoseEffectChangedTheOperandsIsRecovered(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	op, _ := lostClaim(t, n, thisInstance, startedClaim)
+	ex := &touching{scripted{recovery: executor.Recovery{Action: executor.Done, Result: json.RawMessage(`{"from":"ledger"}`)}}}
+	runRunner(t, n, ex)
+	last := lastEvent(t, n.JetStream, op)
+	require.Equal(t, events.TypeCompleted, last.Type, "%+v", last.Data)
+	assert.Equal(t, "lost-attempt", last.Data.(*events.Completed).Attempt)
+	assert.Equal(t, int32(1), ex.recovered.Load())
+	assert.Zero(t, ex.runs.Load())
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "rec", op))
 }

@@ -138,14 +138,13 @@ type job struct {
 	log   *slog.Logger
 	call  Call
 	fetch error
-	claim *oplog.Pending
-	seq   uint64 // sequence of this attempt's claim
-	err   error  // how the item settles; see settle
+	err   error // how the item settles; see settle
 }
 
-// handleBatch settles a batch of decided events: args are fetched together
-// and claims appended together; then each claimed op runs through to its
-// outcome (run), at most Workers at once, before the items are settled.
+// handleBatch settles a batch of decided events: args are fetched
+// together; then each op is taken and run through to its outcome (run),
+// at most Workers at once, their appends pipelined on the runner's
+// publisher, before the items are settled.
 func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.Msg) {
 	jobs := make([]*job, 0, len(msgs))
 	for _, m := range msgs {
@@ -163,78 +162,61 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 	}()
 
 	r.fetchAll(ctx, jobs)
-	for _, j := range jobs {
-		if j.fetch == nil {
-			j.call.Attempt = nuid.Next()
-			j.claim = r.w.Start(opOf(j.d.item), j.d.item.ReadySeq, events.TypeClaimed, Source, r.claimEvent(ex, j))
-		}
-	}
-	var claimed []*job
-	for _, j := range jobs {
-		switch {
-		case j.fetch != nil:
+	r.each(jobs, func(j *job) {
+		if j.fetch != nil {
 			j.err = r.unfetched(ctx, ex, j)
-		default:
-			seq, err := j.claim.Wait(ctx, r.ops)
-			switch {
-			case errors.Is(err, oplog.ErrConflict):
-				if j.seq, j.err = r.conflict(ctx, ex, j); j.seq > 0 {
-					claimed = append(claimed, j)
-				}
-			case err != nil:
-				j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
-			default:
-				j.seq = seq
-				claimed = append(claimed, j)
-			}
+			return
 		}
-	}
-	r.each(claimed, func(j *job) {
-		j.err = r.run(ctx, ex, j.call, j.d.item, j.seq, false, j.log)
+		j.call.Attempt = nuid.Next()
+		j.err = r.run(ctx, ex, j, j.d.item.ReadySeq, "")
 	})
 	for _, j := range jobs {
 		r.settle(j)
 	}
 }
 
-// run takes an op this runner has claimed (its claim at claimSeq) through
-// to its outcome: the operands are checked, the executor prepares, the
-// started event is stored, and only then does the executor run; the
-// outcome is stored against the started event (or against the claim, for
-// a call that failed before it started). It returns how the delivery
-// settles: nil is an ack.
-func (r *Runner) run(ctx context.Context, ex Executor, call Call, item work, claimSeq uint64, recovered bool, log *slog.Logger) error {
-	failpoint.Hit(failpoint.AfterClaim, ex.Tool())
+// run takes the op for the job's attempt and carries it through to its
+// outcome. The operands are checked and the executor prepares; then one
+// started event claims the op and starts the attempt (ADR 0023), appended
+// against expect: the decided event, or, when the attempt recovers a lost
+// one (recovers names it), that attempt's newest event. Only once it is
+// stored does the executor run, and the outcome is stored against it.
+// Nothing before the started event has an effect, so a runner that dies
+// or loses the append there leaves nothing to recover. It returns how the
+// delivery settles: nil is an ack.
+func (r *Runner) run(ctx context.Context, ex Executor, j *job, expect uint64, recovers string) error {
+	item, call, log := j.d.item, j.call, j.log
 	start := time.Now()
-	expect := claimSeq
-	var result json.RawMessage
 	err := operandsUnchanged(ctx, ex, call, item.Operands)
 	if err == nil {
 		call.Evidence, err = prepare(ctx, ex, call)
 	}
-	if err == nil {
-		st := &events.Started{OpHeader: hdr(item), Attempt: call.Attempt, Evidence: call.Evidence}
-		seq, serr := r.append(ctx, item, claimSeq, events.TypeStarted, st)
-		if errors.Is(serr, oplog.ErrConflict) {
-			// Either another runner took the claim over (it took this one
-			// for lost), or this very event landed and its answer was
-			// lost: the op's newest event tells.
-			seq, serr = r.startedAfterConflict(ctx, item, call.Attempt, claimSeq, log)
-			if serr != nil || seq == 0 {
-				return serr
-			}
-		}
-		switch {
-		case serr != nil:
-			// Nothing ran. Whether the started event landed is unknown;
-			// whoever settles the op next reads it, and reruns only if
-			// it did not.
-			return fmt.Errorf("%w: started: %w", errNotClaimed, serr)
-		}
-		expect = seq
-		failpoint.Hit(failpoint.AfterStarted, ex.Tool())
-		result, err = ex.Execute(ctx, call)
+	if err != nil {
+		return r.refuse(ctx, ex, j, expect, recovers, err)
 	}
+	failpoint.Hit(failpoint.BeforeStart, ex.Tool())
+	st := &events.Started{OpHeader: hdr(item), Attempt: call.Attempt, Evidence: call.Evidence, Claim: r.claim(ex, j.d, recovers)}
+	seq, err := r.append(ctx, item, expect, events.TypeStarted, st)
+	switch {
+	case errors.Is(err, oplog.ErrConflict):
+		// Another runner took the op, or this very event landed and its
+		// answer was lost: the op's newest event tells.
+		if recovers != "" {
+			seq, err = r.startedAfterConflict(ctx, item, call.Attempt, expect, log)
+		} else {
+			seq, err = r.conflict(ctx, ex, j)
+		}
+		if err != nil || seq == 0 {
+			return err
+		}
+	case err != nil:
+		// Nothing ran. Whether the started event landed is unknown;
+		// whoever settles the op next reads it, and reruns only if it
+		// did not.
+		return fmt.Errorf("%w: started: %w", errNotClaimed, err)
+	}
+	failpoint.Hit(failpoint.AfterStarted, ex.Tool())
+	result, err := ex.Execute(ctx, call)
 	if ctx.Err() != nil && err != nil {
 		// Shut down mid-call: the claim stands and recovery decides.
 		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
@@ -244,15 +226,41 @@ func (r *Runner) run(ctx context.Context, ex Executor, call Call, item work, cla
 		// claim stands, nobody is told anything, recovery decides.
 		return ferr
 	}
-	return r.record(ctx, call, item, expect, result, err, time.Since(start), recovered)
+	return r.record(ctx, call, item, seq, result, err, time.Since(start), recovers != "")
 }
 
-// startedAfterConflict settles a started event whose compare-and-swap was
-// reported lost. Its sequence when it is stored after all (the call then
-// runs); 0 and nil when the op has ended (the delivery is acked); errLeave
-// when another runner's recovery holds the op (it settles the delivery);
-// errNotClaimed when the read is behind (a redelivery settles it).
-func (r *Runner) startedAfterConflict(ctx context.Context, item work, attempt string, claimSeq uint64, log *slog.Logger) (uint64, error) {
+// refuse ends an op whose call was refused before it started (its
+// operands changed, its executor could not prepare): nothing ran, and
+// nothing took the op. A recovery's refusal ends the op under the lost
+// attempt. A first run's is appended against the decided event, so only
+// a still-ready op fails; if the op has moved on (another runner took it,
+// or an earlier delivery's attempt did, and changed the operands with its
+// effect), the op is settled from its newest event as a lost claim is.
+func (r *Runner) refuse(ctx context.Context, ex Executor, j *job, expect uint64, recovers string, xerr error) error {
+	call, item := j.call, j.d.item
+	if recovers != "" {
+		call.Attempt = recovers
+		return r.record(ctx, call, item, expect, nil, xerr, 0, true)
+	}
+	typ, data, _ := outcome(call, item, nil, xerr, 0, false)
+	err := r.appendTerminal(ctx, item, expect, typ, data, nil)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, oplog.ErrConflict):
+		_, err = r.conflict(ctx, ex, j)
+		return err
+	}
+	return fmt.Errorf("%w: %w", errNotClaimed, err)
+}
+
+// startedAfterConflict settles a recovery's started event whose
+// compare-and-swap was reported lost. Its sequence when it is stored
+// after all (the call then runs); 0 and nil when the op has ended (the
+// delivery is acked); errLeave when another runner's recovery holds the
+// op (it settles the delivery); errNotClaimed when the read is behind (a
+// redelivery settles it).
+func (r *Runner) startedAfterConflict(ctx context.Context, item work, attempt string, expect uint64, log *slog.Logger) (uint64, error) {
 	last, err := oplog.Last(ctx, r.ops, item.Workspace, item.OpID)
 	if err != nil {
 		return 0, fmt.Errorf("%w: started: %w", errNotClaimed, err)
@@ -264,10 +272,10 @@ func (r *Runner) startedAfterConflict(ctx context.Context, item work, attempt st
 		r.ended(ctx, item, last.Data)
 		return 0, nil
 	}
-	if last.Seq <= claimSeq {
+	if last.Seq <= expect {
 		return 0, fmt.Errorf("%w: read of %s is behind its started event", errNotClaimed, item.OpID)
 	}
-	log.Info("claim taken over before the call started; nothing ran", "attempt", attempt, "event_type", last.Type)
+	log.Info("lost attempt recovered by another runner first; nothing ran here", "attempt", attempt, "event_type", last.Type)
 	return 0, errLeave
 }
 
@@ -411,10 +419,12 @@ func (r *Runner) each(jobs []*job, f func(*job)) {
 	wg.Wait()
 }
 
-func (r *Runner) claimEvent(ex Executor, j *job) *events.Claimed {
-	return &events.Claimed{
-		OpHeader: hdr(j.d.item), Attempt: j.call.Attempt, Executor: ex.Tool(),
-		WorkSeq: j.d.workSeq, Delivery: j.d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
+// claim is the claim of an attempt taken through delivery d, recovering
+// the attempt recovers names (empty on a first run).
+func (r *Runner) claim(ex Executor, d delivery, recovers string) *events.Claim {
+	return &events.Claim{
+		Executor: ex.Tool(), Recovers: recovers,
+		WorkSeq: d.workSeq, Delivery: d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
 		Runner: r.id, Instance: r.cfg.Instance, Host: r.cfg.Host,
 	}
 }

@@ -98,7 +98,8 @@ func TestNewLeafFromEvents(t *testing.T) {
 			assert.Equal(t, "sha256:out", l.Result)
 			assert.Equal(t, "a1", l.Attempt)
 		}},
-		{events.TypeClaimed, &events.Claimed{OpHeader: h, Attempt: "a1", Runner: "r1"}, func(l *audit.Leaf) { assert.Equal(t, "r1", l.Actor) }},
+		{events.TypeClaimed, &events.Claimed{OpHeader: h, Attempt: "a1", Claim: events.Claim{Runner: "r1"}}, func(l *audit.Leaf) { assert.Equal(t, "r1", l.Actor) }},
+		{events.TypeStarted, &events.Started{OpHeader: h, Attempt: "a1", Claim: &events.Claim{Runner: "r2"}}, func(l *audit.Leaf) { assert.Equal(t, "a1", l.Attempt); assert.Equal(t, "r2", l.Actor) }},
 		{events.TypeModeSet, &events.ModeSet{Workspace: "w", Mode: "locked", Actor: "op", ActorKey: "UOP"}, func(l *audit.Leaf) {
 			assert.Equal(t, "op", l.Actor)
 			assert.Empty(t, l.Op)

@@ -273,6 +273,9 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		l.Attempt, l.Actor = d.Attempt, d.Runner
 	case *events.Started:
 		l.Attempt = d.Attempt
+		if d.Claim != nil {
+			l.Actor = d.Claim.Runner
+		}
 	case *events.Completed:
 		l.Attempt, l.Result = d.Attempt, d.ResultDigest
 	case *events.Failed:

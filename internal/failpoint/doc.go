@@ -1,5 +1,6 @@
 // Package failpoint names the points in the execution path where a crash
-// test kills the process: after a claim and before any side effect, after
+// test kills the process: once an attempt is prepared and before the
+// started event that claims the op is stored, after
 // the started event and before the executor runs, after
 // the side effect and before its result is stored, after the result and
 // before the acknowledgement, between the files of a patch. A failpoint
@@ -16,8 +17,10 @@ package failpoint
 
 // The failpoints.
 const (
-	// AfterClaim: the claim is stored, nothing has run.
-	AfterClaim = "after-claim"
+	// BeforeStart: the attempt is prepared (operands checked, evidence
+	// taken), its started event, which claims the op, is not stored;
+	// nothing has run.
+	BeforeStart = "before-start"
 	// AfterStarted: the attempt's started event is stored, the executor
 	// has not been called.
 	AfterStarted = "after-started"
@@ -51,7 +54,7 @@ const (
 )
 
 // Kills lists the kill points, for harnesses that try each.
-var Kills = []string{AfterClaim, AfterStarted, AfterEffect, AfterResultKept, AfterResult, PatchBetweenFiles}
+var Kills = []string{BeforeStart, AfterStarted, AfterEffect, AfterResultKept, AfterResult, PatchBetweenFiles}
 
 // EnvVar arms failpoints in test builds.
 const EnvVar = "AIRLOCK_FAILPOINT"

@@ -97,7 +97,8 @@ func (e *Transitions) apply(t *events.Transition) {
 		if t.From == events.StateNew {
 			e.decisions.WithLabelValues(string(policy.Deny), string(d.Code), d.Rule).Inc()
 		}
-	case *events.Claimed:
+	case *events.Claimed, *events.Started:
+		// The claim: a claimed event, or a started event that makes one.
 		if t.From == events.StateReady && !t.Granted.IsZero() {
 			e.grantToExec.Observe(seconds(t.At.Sub(t.Granted)))
 		}

@@ -26,8 +26,10 @@ func TestTransitionsEdgeCases(t *testing.T) {
 		{Type: events.TypeExpired, Data: &events.Expired{}, From: events.StateHeld, To: events.StateExpired, Since: t0, At: t0.Add(90 * time.Second)},
 		{Type: events.TypeDenied, Data: &events.Denied{Code: events.CodeResumeDenied}, From: events.StateGranted, To: events.StateDenied, At: t0},
 		// A claim stored a little before the grant's time (another
-		// leader's clock) counts as zero, never negative.
+		// leader's clock) counts as zero, never negative: a claimed event
+		// of an earlier version, and a started event that claims.
 		{Type: events.TypeClaimed, Data: &events.Claimed{}, From: events.StateReady, To: events.StateExecuting, Granted: t0.Add(time.Second), At: t0},
+		{Type: events.TypeStarted, Data: &events.Started{Claim: &events.Claim{}}, From: events.StateReady, To: events.StateExecuting, Granted: t0.Add(time.Second), At: t0},
 	})
 	expected := `
 # HELP airlock_decisions_total First decisions on requests, by outcome (allow, hold, deny), error code (empty for allow) and policy rule (empty when no rule decided).
@@ -48,6 +50,8 @@ airlock_decisions_total{code="APPROVAL_REQUIRED",outcome="hold",rule="wire"} 1
 			assert.Equal(t, "expired", f.GetMetric()[0].GetLabel()[0].GetValue())
 			assert.Equal(t, 90.0, h.GetSampleSum())
 		case metrics.GrantToExec:
+			// The claimed event, and the started event that claims.
+			assert.Equal(t, uint64(2), f.GetMetric()[0].GetHistogram().GetSampleCount())
 			assert.Equal(t, 0.0, f.GetMetric()[0].GetHistogram().GetSampleSum())
 		}
 	}

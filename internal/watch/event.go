@@ -277,6 +277,9 @@ func opDetails(e *Event, data any) {
 		e.Attempt, e.Recovers = d.Attempt, d.Recovers
 	case *events.Started:
 		e.Attempt = d.Attempt
+		if d.Claim != nil {
+			e.Recovers = d.Claim.Recovers
+		}
 	case *events.Completed:
 		e.Attempt, e.Recovered, e.ResultDigest = d.Attempt, d.Recovered, d.ResultDigest
 		e.DurationMS, e.ResultBytes = &d.DurationMS, &d.ResultBytes

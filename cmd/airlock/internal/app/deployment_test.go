@@ -57,9 +57,11 @@ func TestWorkspaceAffinity(t *testing.T) {
 			out, err := c.Submit(context.Background(), events.Request{Workspace: ws, Agent: "agent", Tool: "exec", Args: json.RawMessage(fmt.Sprintf(`{"argv":["/bin/true","%d"]}`, i))})
 			require.NoError(t, err)
 			require.Equal(t, events.StateCompleted, out.State, "%s: %s %s", ws, out.Code, out.Message)
-			claim, err := oplog.LastOf(context.Background(), ops, oplog.Op{Workspace: ws, ID: out.OpID, Tool: "exec"}, events.TypeClaimed)
+			started, err := oplog.LastOf(context.Background(), ops, oplog.Op{Workspace: ws, ID: out.OpID, Tool: "exec"}, events.TypeStarted)
 			require.NoError(t, err)
-			assert.Equal(t, instance, claim.Data.(*events.Claimed).Instance, "an op of %s runs on the process that serves it", ws)
+			claim := started.Data.(*events.Started).Claim
+			require.NotNil(t, claim)
+			assert.Equal(t, instance, claim.Instance, "an op of %s runs on the process that serves it", ws)
 		}
 	}
 

@@ -86,7 +86,7 @@ func TestDuplicatePublishRunsOnce(t *testing.T) {
 	got := waitTerminal(t, a, op)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, op))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
 
 func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
@@ -125,7 +125,7 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 		return err == nil && info.State.Msgs == 0
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, executions(t, counter, first.OpID))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", first.OpID))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", first.OpID))
 }
 
 func TestRacingExecutorsRunOnce(t *testing.T) {
@@ -152,7 +152,7 @@ func TestRacingExecutorsRunOnce(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, got.State, id)
 		assert.Equal(t, 1, got.Attempts, id)
 		assert.Equal(t, 1, executions(t, counter, id), id)
-		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "race", id))
+		assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "race", id))
 	}
 	// Both groups took every decided event and settled it: the winner by
 	// running it, the loser by reading the winner's claim.
@@ -224,7 +224,7 @@ func TestStoredCopiesOfOneRequestRunOnce(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream == 3
 	}, 10*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
+	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
 
 // The runner takes the args of ops this process's gate admitted from the

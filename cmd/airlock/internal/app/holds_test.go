@@ -137,7 +137,7 @@ func TestConfirmHoldThenGrantRunsOnce(t *testing.T) {
 	assert.Equal(t, "approver", got.Approver)
 	assert.Equal(t, "grant", got.Resolution)
 	assert.Equal(t, events.Digest([]byte(`{"file":"a.txt"}`)), got.ResultDigest)
-	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
 		testenv.OpEvents(t, a.JetStream, "review", held.OpID))
 
 	// The same grant again (a lost answer) is told it stands; a deny now is
@@ -218,7 +218,7 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	got := waitTerminal(t, a, opID)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, opID))
-	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
 		testenv.OpEvents(t, a.JetStream, "review", opID))
 }
 
@@ -313,7 +313,7 @@ func TestConcurrentResolutions(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, got.State)
 		assert.Equal(t, 1, executions(t, counter, held.OpID))
 		types := testenv.OpEvents(t, a.JetStream, "review", held.OpID)
-		assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted}, types)
+		assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted}, types)
 	})
 }
 
@@ -539,7 +539,7 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	got := waitTerminal(t, b, held.OpID)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
-	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeClaimed, events.TypeStarted, events.TypeCompleted},
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
 		testenv.OpEvents(t, n.JetStream, "review", held.OpID))
 }
 

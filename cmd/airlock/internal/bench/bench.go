@@ -64,6 +64,17 @@ type Config struct {
 	// 0 for half the pipeline phase's.
 	Paced int
 	Rate  float64
+	// Window, when positive, cuts the timed pipeline phase into windows
+	// of this many ops and reports each (Result.Windows): a soak that
+	// shows whether ops/s, CPU per op and memory stay flat with the work.
+	Window int
+	// HeapProfile, if set, is where the live heap is written at the end
+	// of the timed pipeline phase, while its Airlock still runs: what the
+	// process keeps, not what it allocated on the way.
+	HeapProfile string
+	// CPUProfile, if set, is where a CPU profile of the timed pipeline
+	// phase alone is written.
+	CPUProfile string
 	// Progress, when set, is told how far each phase (the Phase
 	// constants, in the order they run) has got: with 0 done when it
 	// starts, about every 100ms while it runs and once when it ends (done
@@ -158,9 +169,22 @@ type Result struct {
 	Fetches          int     `json:"fetches"`
 	FetchP50MS       float64 `json:"fetch_p50_ms"`
 	FetchP99MS       float64 `json:"fetch_p99_ms"`
-	AuditLeaves      int     `json:"audit_leaves"`
-	AuditAppendNS    float64 `json:"audit_append_ns"`
-	AuditVerifyPerS  float64 `json:"audit_verify_per_s"`
+	// Memory is the process's memory at the end of the timed pipeline
+	// phase; Windows the phase's windows when Config.Window is set.
+	Memory  Memory   `json:"memory"`
+	Windows []Window `json:"windows,omitempty"`
+	// OpsSubjects is how many distinct subjects AIRLOCK_OPS holds at the
+	// end of the pipeline phase: the server keeps an index entry for
+	// each in memory.
+	OpsSubjects uint64 `json:"ops_subjects"`
+	// RequestsLeft is how many requests (argument plaintext) were still
+	// stored when the pipeline phase's last op ended, and EraseLagS how
+	// long the scrubber then took to erase them all.
+	RequestsLeft    uint64  `json:"requests_left"`
+	EraseLagS       float64 `json:"erase_lag_s"`
+	AuditLeaves     int     `json:"audit_leaves"`
+	AuditAppendNS   float64 `json:"audit_append_ns"`
+	AuditVerifyPerS float64 `json:"audit_verify_per_s"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -290,7 +314,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 
 	if cfg.Warmup > 0 {
 		wstart := time.Now()
-		if _, _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil); err != nil {
+		if _, _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil, nil); err != nil {
 			return 0, 0, fmt.Errorf("warm-up: %w", err)
 		}
 		res.WarmupOpsPerS = float64(cfg.Warmup) / time.Since(wstart).Seconds()
@@ -308,9 +332,24 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	m := cfg.track(phase, cfg.Ops)
 	defer m.end()
+	win := newWindows(cfg.Window, cfg.Ops)
+	stopProfile, err := cpuProfile(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
 	cpu0, faults0 := processCPU()
-	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m)
+	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m, win)
 	cpu, faults := processCPU()
+	if perr := stopProfile(); perr != nil {
+		return 0, 0, perr
+	}
+	res.Memory = readMemory()
+	res.Windows = win.result()
+	if cfg.HeapProfile != "" && !cfg.noLog && !cfg.noResults {
+		if err := writeHeapProfile(cfg.HeapProfile); err != nil {
+			return 0, 0, err
+		}
+	}
 	cpu, faults = cpu-cpu0, faults-faults0
 	if err != nil {
 		return 0, 0, err
@@ -328,6 +367,20 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	var kept uint64
 	if msgs, kept, bytes, err = stored(ctx, a.JetStream); err != nil {
 		return 0, 0, err
+	}
+	if res.OpsSubjects, err = subjects(ctx, a.JetStream, streams.Ops); err != nil {
+		return 0, 0, err
+	}
+	if !cfg.noLog && !cfg.noResults {
+		// Args are plaintext at rest until the scrubber erases them: how
+		// many it had left when the last op completed, and how long it
+		// took to catch up. The phases after this one start once it has.
+		if res.RequestsLeft, err = requestsStored(ctx, a.JetStream); err != nil {
+			return 0, 0, err
+		}
+		if res.EraseLagS, err = erased(ctx, a.JetStream); err != nil {
+			return 0, 0, err
+		}
 	}
 	if cfg.Paced > 0 {
 		// Normal load starts from a settled Airlock: the projection has
@@ -365,6 +418,46 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	return msgs, bytes, nil
 }
 
+// maxEraseWait bounds the wait for the scrubber to catch up.
+const maxEraseWait = 10 * time.Minute
+
+// requestsStored is how many request messages AIRLOCK_REQUESTS holds.
+func requestsStored(ctx context.Context, js jetstream.JetStream) (uint64, error) {
+	st, err := js.Stream(ctx, streams.Requests)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Msgs, nil
+}
+
+// erased waits until AIRLOCK_REQUESTS holds no request (every op of the
+// run has ended, so the scrubber erases them all) and returns how long
+// that took, in seconds; an error past maxEraseWait.
+func erased(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	start := time.Now()
+	for {
+		n, err := requestsStored(ctx, js)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return time.Since(start).Seconds(), nil
+		}
+		if time.Since(start) > maxEraseWait {
+			return 0, fmt.Errorf("%d requests still stored %s after the last op ended: the scrubber does not keep up", n, maxEraseWait)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
 // settle waits until the projection has applied everything the ops
 // stream holds.
 func settle(ctx context.Context, a *app.App) error {
@@ -378,15 +471,18 @@ func settle(ctx context.Context, a *app.App) error {
 // submitAll submits n echo ops, concurrency at a time, with idempotency
 // keys <prefix>-<i>, and returns how many completed and how long they
 // took. lat, if not nil, takes each op's submit-to-outcome latency; m, if
-// not nil, counts them (and is ended).
-func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter) (int, time.Duration, error) {
+// not nil, counts them (and is ended); w, if not nil, cuts them into
+// windows.
+func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter, w *windows) (int, time.Duration, error) {
 	var completed atomic.Int64
 	took, err := parallel(ctx, m, concurrency, n, func(i int) error {
 		t0 := time.Now()
 		out, err := c.Submit(ctx, benchRequest(prefix, i))
+		d := time.Since(t0)
 		if lat != nil {
-			lat[i] = time.Since(t0)
+			lat[i] = d
 		}
+		w.done(d)
 		if err == nil && out.State == events.StateCompleted {
 			completed.Add(1)
 		}
@@ -457,6 +553,15 @@ func stored(ctx context.Context, js jetstream.JetStream) (msgs, kept, bytes uint
 		bytes += state.Bytes
 	}
 	return msgs, kept, bytes, nil
+}
+
+// subjects is how many distinct subjects stream holds.
+func subjects(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.NumSubjects, nil
 }
 
 // raw publishes n messages of size bytes asynchronously to a stream with

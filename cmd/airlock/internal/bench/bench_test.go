@@ -16,20 +16,38 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var calls []progressCall // Progress is called one at a time
-	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Results: 40, Paced: 60, Dir: t.TempDir(),
+	res, err := bench.Run(ctx, bench.Config{Ops: 300, Concurrency: 16, Warmup: 50, Holds: 20, Execs: 20, AuditLeaves: 3000, Results: 40, Paced: 60, Window: 100, Dir: t.TempDir(),
 		Progress: func(phase string, done, total int64) { calls = append(calls, progressCall{phase, done, total}) }})
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
 		{bench.PhasePipeline, 300, 300}, {bench.PhasePaced, 60, 60}, {bench.PhaseLow, 60, 60}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
-		{bench.PhaseRaw, 1800, 1800}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhaseRaw, 1500, 1500}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
 	assert.Equal(t, 300, res.Ops)
 	assert.Equal(t, 300, res.Completed)
+	// The pipeline phase in windows of 100 ops, each with its figures
+	// and the memory at its end.
+	require.Len(t, res.Windows, 3)
+	for i, w := range res.Windows {
+		assert.Equal(t, 100*(i+1), w.Ops)
+		assert.Greater(t, w.OpsPerS, 0.0)
+		assert.Greater(t, w.CPUUSPerOp, 0.0)
+		assert.Greater(t, w.P99MS, 0.0)
+		assert.Greater(t, w.RSSMB, 0.0)
+		assert.GreaterOrEqual(t, w.PeakRSSMB, w.RSSMB)
+		assert.Greater(t, w.GoMB, w.HeapLiveMB)
+		assert.Greater(t, w.HeapLiveMB, 0.0)
+	}
+	assert.Greater(t, res.Memory.RSSMB, 0.0)
+	assert.GreaterOrEqual(t, res.Memory.PeakRSSMB, res.Windows[2].PeakRSSMB)
+	// The warm-up's and the timed ops' decided, started and completed,
+	// and the policy recorded at start.
+	assert.Equal(t, uint64(3*(50+300)+1), res.OpsSubjects)
 	assert.Equal(t, 50, res.Warmup)
 	assert.Greater(t, res.WarmupOpsPerS, 0.0)
-	assert.Equal(t, 6.0, res.MsgsPerOp) // request, decided, claimed, started, the sealed result, completed
-	assert.Equal(t, 1800, res.RawMsgs)
+	assert.Equal(t, 5.0, res.MsgsPerOp) // request, decided, started (the claim), the sealed result, completed
+	assert.Equal(t, 1500, res.RawMsgs)
 	assert.Greater(t, res.RawMsgBytes, 100)
 	assert.Greater(t, res.OpsPerS, 0.0)
 	assert.Greater(t, res.RawMsgsPerS, 0.0)

@@ -78,7 +78,7 @@ func latencyPhases(ctx context.Context, cfg Config, c *producers.Client, res *Re
 	res.PacedP50MS, res.PacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
 
 	lat = make([]time.Duration, cfg.Paced)
-	_, took, err := submitAll(ctx, c, lowConcurrency, cfg.Paced, "low", lat, cfg.track(PhaseLow, cfg.Paced))
+	_, took, err := submitAll(ctx, c, lowConcurrency, cfg.Paced, "low", lat, cfg.track(PhaseLow, cfg.Paced), nil)
 	if err != nil {
 		return err
 	}

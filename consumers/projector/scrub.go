@@ -73,6 +73,10 @@ type Scrubber struct {
 	erased  atomic.Uint64
 	deleted atomic.Uint64
 	held    jetstream.Stream // AIRLOCK_HELD, opened when first needed (one sweep at a time)
+	purges  atomic.Uint64
+	// after is the scrub index key the sweeps have settled everything up
+	// to (nil: from the start).
+	after []byte
 }
 
 // NewScrubber returns a scrubber.
@@ -101,6 +105,9 @@ func (s *Scrubber) Erased() uint64 { return s.erased.Load() }
 // Deleted counts those of them settled with a plain delete under load
 // rather than a secure delete.
 func (s *Scrubber) Deleted() uint64 { return s.deleted.Load() }
+
+// Purges counts the purges of AIRLOCK_REQUESTS the sweeps made.
+func (s *Scrubber) Purges() uint64 { return s.purges.Load() }
 
 // Run indexes the terminal ops of a store written before the scrub index
 // existed, then sweeps until ctx ends.
@@ -152,11 +159,18 @@ func (s *Scrubber) heldStream(ctx context.Context, todo []store.Scrub) (jetstrea
 
 // Sweep erases the request of every op in the scrub index and returns how
 // many entries it settled. An entry whose erasure failed stays for the
-// next sweep.
+// next sweep. One Sweep runs at a time.
+//
+// A sweep with more to erase than SecureBacklog first purges, with one
+// request to JetStream, every request message below the lowest one that
+// anything may still need (purgeFloor); the entries below it are then
+// settled without a delete each. The rest are deleted one by one.
 func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 	n := 0
+	var floor uint64 // request messages below it are purged; 0: none
+	purged := false
 	for {
-		todo, err := s.cfg.Store.PendingScrubs(scrubPage)
+		todo, err := s.cfg.Store.PendingScrubs(s.after, scrubPage)
 		if err != nil || len(todo) == 0 {
 			return n, err
 		}
@@ -165,6 +179,10 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		plain := s.cfg.SecureBacklog >= 0 && len(todo) > s.cfg.SecureBacklog
 		if plain {
 			erase, workers = oplog.DeleteRequest, deleteWorkers
+			if !purged {
+				purged = true
+				floor = s.purge(ctx, st)
+			}
 		}
 		held, err := s.heldStream(ctx, todo)
 		if err != nil {
@@ -173,11 +191,16 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		sem := make(chan struct{}, workers)
 		var wg sync.WaitGroup
 		for i, sc := range todo {
+			if sc.RequestSeq < floor && !sc.Held {
+				continue // purged
+			}
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				errs[i] = erase(ctx, st, sc.RequestSeq)
+				if sc.RequestSeq >= floor {
+					errs[i] = erase(ctx, st, sc.RequestSeq)
+				}
 				if errs[i] == nil && sc.Held {
 					// The copy a hold kept in AIRLOCK_HELD, erased
 					// securely whatever the backlog: that stream is small.
@@ -196,6 +219,11 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 				continue
 			}
 			done = append(done, sc)
+			if failed == nil {
+				// The index before the first failure is settled: the
+				// next page, and the next sweep, start after it.
+				s.after = sc.Key()
+			}
 			s.cfg.Logger.Debug("request erased", "op", sc.OpID, "request_seq", sc.RequestSeq)
 		}
 		if err := s.cfg.Store.Scrubbed(done...); err != nil {

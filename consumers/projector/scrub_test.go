@@ -25,7 +25,9 @@ func scrubFixture(t *testing.T, n *testenv.NATS, st *store.Store, ops map[string
 	ctx := context.Background()
 	seqs := map[string]uint64{}
 	b := st.NewBatch()
-	var evSeq uint64
+	// Event sequences go on from the store's, as the stream's do.
+	evSeq, err := st.Applied()
+	require.NoError(t, err)
 	for name, history := range ops {
 		req := events.Request{Workspace: "w", Agent: "a", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"secret":"SECRET-%s"}`, name))}
 		require.NoError(t, req.Validate())
@@ -105,7 +107,7 @@ func TestScrubberErasesTerminalOpsRequestsOnly(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, op.State.Terminal(), gone(t, reqs, seq), "op %s", op.State)
 	}
-	pending, err := st.PendingScrubs(10)
+	pending, err := st.PendingScrubs(nil, 10)
 	require.NoError(t, err)
 	assert.Empty(t, pending)
 
@@ -141,7 +143,7 @@ func TestScrubberFinishesAfterRestart(t *testing.T) {
 	st, err = store.Open(dir)
 	require.NoError(t, err)
 	defer st.Close()
-	pending, err := st.PendingScrubs(10)
+	pending, err := st.PendingScrubs(nil, 10)
 	require.NoError(t, err)
 	require.Len(t, pending, 2, "both entries survived the crash")
 	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, Interval: 10 * time.Millisecond})
@@ -150,7 +152,7 @@ func TestScrubberFinishesAfterRestart(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	require.Eventually(t, func() bool {
-		p, err := st.PendingScrubs(10)
+		p, err := st.PendingScrubs(nil, 10)
 		return err == nil && len(p) == 0
 	}, 10*time.Second, 10*time.Millisecond)
 	cancel()
@@ -183,7 +185,7 @@ func TestScrubberKeepsWhatItCannotErase(t *testing.T) {
 	for _, seq := range seqs {
 		assert.False(t, gone(t, reqs, seq))
 	}
-	pending, err := st.PendingScrubs(10)
+	pending, err := st.PendingScrubs(nil, 10)
 	require.NoError(t, err)
 	assert.Len(t, pending, 1, "left for a later sweep")
 }
@@ -220,6 +222,126 @@ func TestScrubberDeletesUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, erased)
 	assert.Equal(t, uint64(5), s.Deleted())
+	for _, seq := range seqs {
+		assert.True(t, gone(t, reqs, seq))
+	}
+}
+
+// orderedFixture publishes one request per history, in order, and folds
+// each op into st as scrubFixture does; it returns the ops' ids and their
+// requests' sequences, in the same order.
+func orderedFixture(t *testing.T, n *testenv.NATS, st *store.Store, histories [][]string) (ids []string, seqs []uint64) {
+	t.Helper()
+	for i, h := range histories {
+		m := scrubFixture(t, n, st, map[string][]string{fmt.Sprint("op", i): h})
+		for id, seq := range m {
+			ids, seqs = append(ids, id), append(seqs, seq)
+		}
+	}
+	return ids, seqs
+}
+
+// settleAsGate acknowledges, through the gate's durable consumer, every
+// request up to and including seq, as the gate does once each op's first
+// event is stored.
+func settleAsGate(t *testing.T, n *testenv.NATS, upTo uint64) {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := n.JetStream.CreateOrUpdateConsumer(ctx, streams.Requests, jetstream.ConsumerConfig{
+		Durable: streams.GateConsumer, AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	require.NoError(t, err)
+	batch, err := cons.Fetch(int(upTo), jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		require.NoError(t, err)
+		if md.Sequence.Stream <= upTo {
+			require.NoError(t, m.DoubleAck(ctx))
+		}
+	}
+	require.NoError(t, batch.Error())
+}
+
+// A backlog is erased with one purge below the lowest request still
+// needed (the oldest live op's, or the first the gate has not settled),
+// and the ended ops above it one by one; nothing still needed goes.
+func TestScrubberPurgesBelowTheLowestRequestNeeded(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	var histories [][]string
+	for i := range 60 {
+		switch {
+		case i == 40:
+			histories = append(histories, []string{"decided"}) // live: an executor reads it
+		case i == 45:
+			histories = append(histories, []string{"held"}) // moved to AIRLOCK_HELD
+		case i%3 == 0:
+			histories = append(histories, []string{"denied"})
+		default:
+			histories = append(histories, []string{"decided", "claimed", "completed"})
+		}
+	}
+	ids, seqs := orderedFixture(t, n, st, histories)
+	// One more request the gate has not settled: no op yet.
+	undecided := scrubFixture(t, n, st, map[string][]string{"undecided": nil})
+	settleAsGate(t, n, seqs[len(seqs)-1])
+
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	reqs := requestsStream(t, n)
+	erased, err := s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 58, erased, "every ended op")
+	assert.Equal(t, uint64(1), s.Purges())
+	for i, id := range ids {
+		op, err := st.Op(id)
+		require.NoError(t, err)
+		if op.State == events.StateHeld {
+			continue // its request would have been moved by the gate
+		}
+		assert.Equal(t, op.State.Terminal(), gone(t, reqs, seqs[i]), "op %d %s", i, op.State)
+	}
+	for _, seq := range undecided {
+		assert.False(t, gone(t, reqs, seq), "a request the gate has not settled stays")
+	}
+	info, err := reqs.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, seqs[40], info.State.FirstSeq, "purged below the live op's request")
+	pending, err := st.PendingScrubs(nil, 100)
+	require.NoError(t, err)
+	assert.Empty(t, pending)
+}
+
+// A requests stream made by an earlier version denies purges, and
+// JetStream never lets it allow them again: its scrubber deletes every
+// request on its own.
+func TestScrubberDeletesOneByOneWhenTheStreamDeniesPurges(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := context.Background()
+	reqs := requestsStream(t, n)
+	cfg := reqs.CachedInfo().Config
+	cfg.DenyPurge = true
+	_, err := n.JetStream.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	var histories [][]string
+	for range 30 {
+		histories = append(histories, []string{"decided", "claimed", "completed"})
+	}
+	_, seqs := orderedFixture(t, n, st, histories)
+	settleAsGate(t, n, seqs[len(seqs)-1])
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st})
+	require.NoError(t, err)
+	reqs = requestsStream(t, n)
+	erased, err := s.Sweep(ctx, reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 30, erased)
+	assert.Zero(t, s.Purges())
 	for _, seq := range seqs {
 		assert.True(t, gone(t, reqs, seq))
 	}

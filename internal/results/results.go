@@ -198,8 +198,12 @@ func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, erro
 	if err != nil {
 		return nil, err
 	}
+	// No Nats-Msg-Id: a result published again after a lost
+	// acknowledgement is a second copy on the attempt's own subject, read
+	// as the first (Get takes the subject's last) and erased with it (a
+	// purge of the subject). Deduplication would hold an id per result in
+	// the server's memory for the stream's window, for nothing.
 	m := &nats.Msg{Subject: events.ResultSubject(r.Workspace, r.OpID, r.Attempt), Data: sealed, Header: nats.Header{
-		jetstream.MsgIDHeader:          {r.OpID + "." + r.Attempt},
 		jetstream.MsgTTLHeader:         {(ttl + streams.ResultTTLMargin).String()},
 		jetstream.ExpectedStreamHeader: {streams.Results},
 	}}
@@ -207,8 +211,7 @@ func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, erro
 	if err == nil {
 		// An acknowledgement lost with a node that died holding the
 		// publish never comes, and the connection, to another node, does
-		// not drop: the wait is bounded, and the runner publishes again
-		// (the same Nats-Msg-Id, so once).
+		// not drop: the wait is bounded, and the runner publishes again.
 		actx, cancel := context.WithTimeout(ctx, oplog.AckTimeout)
 		_, _, err = ack.Wait(actx)
 		cancel()

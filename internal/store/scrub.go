@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/cockroachdb/pebble/v2"
@@ -15,7 +16,10 @@ import (
 // The scrub index lists the ops whose request message, the only copy of
 // their argument plaintext, is to be erased from AIRLOCK_REQUESTS:
 //
-//	x/<first seq>/<op id>   request seq to erase (8 bytes, big endian)
+//	x/<seq>/<op id>         request seq to erase (8 bytes, big endian),
+//	                        and a ninth byte 1 for a held op; <seq> is
+//	                        the op's terminal event's (its first event's
+//	                        in stores written before it was)
 //	m/scrub-indexed         present once IndexScrubs has indexed the
 //	                        terminal ops stored before the index existed
 //
@@ -23,6 +27,9 @@ import (
 // that makes the op terminal, so no terminal op is ever without one. The
 // scrubber erases the message and then deletes the key: a crash in
 // between leaves the key, and the erase is done again (it is idempotent).
+// Keys by terminal sequence come in the order the projector applies the
+// stream, so a scrubber that remembers where it got to (PendingScrubs'
+// after) never walks again over the keys it deleted.
 
 const scrubPrefix = "x/"
 
@@ -34,7 +41,17 @@ func markScrub(pb writer, e *entry) error {
 	if e.from.Terminal() || !e.op.State.Terminal() || e.op.RequestSeq == 0 {
 		return nil
 	}
-	return pb.Set(orderKey(scrubPrefix, e.op), scrubValue(e.op), nil)
+	return pb.Set(scrubKey(e.op), scrubValue(e.op), nil)
+}
+
+// scrubKey is an op's key in the scrub index: by the sequence of its
+// newest event, the terminal one when the op is indexed.
+func scrubKey(op *events.Op) []byte {
+	k := make([]byte, 0, len(scrubPrefix)+9+len(op.ID))
+	k = append(k, scrubPrefix...)
+	k = binary.BigEndian.AppendUint64(k, op.Version)
+	k = append(k, '/')
+	return append(k, op.ID...)
 }
 
 func seqBytes(seq uint64) []byte {
@@ -62,11 +79,19 @@ type Scrub struct {
 	key  []byte
 }
 
-// PendingScrubs returns up to limit entries of the scrub index, oldest
-// op first.
-func (s *Store) PendingScrubs(limit int) ([]Scrub, error) {
+// Key is the entry's key in the index, for PendingScrubs' after.
+func (sc Scrub) Key() []byte { return sc.key }
+
+// PendingScrubs returns up to limit entries of the scrub index, in the
+// order the ops ended, from the first key after after (nil: from the
+// start).
+func (s *Store) PendingScrubs(after []byte, limit int) ([]Scrub, error) {
 	prefix := []byte(scrubPrefix)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	lower := prefix
+	if bytes.Compare(after, prefix) >= 0 {
+		lower = append(append([]byte(nil), after...), 0)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +110,60 @@ func (s *Store) PendingScrubs(limit int) ([]Scrub, error) {
 		})
 	}
 	return out, it.Error()
+}
+
+// LiveRequestFloor is the lowest request sequence of an op the store
+// holds as ready or executing, whose request an executor may still read;
+// math.MaxUint64 when there is none.
+func (s *Store) LiveRequestFloor() (uint64, error) {
+	floor := uint64(math.MaxUint64)
+	for _, st := range []events.State{events.StateReady, events.StateExecuting} {
+		prefix := []byte("s/" + string(st) + "/")
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return 0, err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) < len(prefix)+9 {
+				it.Close()
+				return 0, fmt.Errorf("store: malformed state key %q", k)
+			}
+			seq, err := s.requestSeq(string(k[len(prefix)+9:]))
+			if err != nil {
+				it.Close()
+				return 0, err
+			}
+			if seq != 0 && seq < floor {
+				floor = seq
+			}
+		}
+		err = it.Error()
+		it.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return floor, nil
+}
+
+// requestSeq is op id's request sequence: from the cache of live ops,
+// else from the store; 0 for an op it does not hold.
+func (s *Store) requestSeq(id string) (uint64, error) {
+	s.mu.Lock()
+	op, ok := s.live[id]
+	s.mu.Unlock()
+	if ok {
+		return op.RequestSeq, nil
+	}
+	stored, err := s.Op(id)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return stored.RequestSeq, nil
 }
 
 // Scrubbed removes done entries from the scrub index. The removal need not
@@ -175,7 +254,7 @@ func (s *Store) indexState(st events.State) (indexed, rewritten int, err error) 
 			rewritten++
 		}
 		if op.RequestSeq != 0 {
-			if err := pb.Set(orderKey(scrubPrefix, op), scrubValue(op), nil); err != nil {
+			if err := pb.Set(scrubKey(op), scrubValue(op), nil); err != nil {
 				return indexed, rewritten, err
 			}
 			indexed++

@@ -86,7 +86,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// RequestsConfig is the configuration of the requests stream.
+// RequestsConfig is the configuration of the requests stream. It allows
+// purges: the scrubber erases the requests of ended ops below the lowest
+// one still needed with one purge (ADR 0024); only Airlock's own
+// principal reaches the stream's API.
 func RequestsConfig(c Config) jetstream.StreamConfig {
 	c = c.withDefaults()
 	return jetstream.StreamConfig{
@@ -100,7 +103,6 @@ func RequestsConfig(c Config) jetstream.StreamConfig {
 		MaxMsgSize:  MaxMsgBytes,
 		Discard:     jetstream.DiscardNew,
 		AllowDirect: true,
-		DenyPurge:   true,
 	}
 }
 
@@ -110,8 +112,9 @@ func RequestsConfig(c Config) jetstream.StreamConfig {
 // its blocks are small and a secure delete there is cheap.
 func HeldConfig(c Config) jetstream.StreamConfig {
 	// The requests stream's settings (storage, replicas, window, size,
-	// discard, direct gets, no purge), one message per op.
+	// discard, direct gets), no purge, one message per op.
 	sc := RequestsConfig(c)
+	sc.DenyPurge = true
 	sc.Name = Held
 	sc.Description = "Airlock held ops' requests (argument plaintext), while they are held"
 	sc.Subjects = []string{events.HeldSubjects}
@@ -131,7 +134,6 @@ func ResultsConfig(c Config) jetstream.StreamConfig {
 	sc.Name = Results
 	sc.Description = "Airlock results, each sealed to the agent that asked"
 	sc.Subjects = []string{events.ResultSubjects}
-	sc.DenyPurge = false
 	sc.AllowMsgTTL = true
 	return sc
 }
@@ -215,6 +217,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if st, err := js.Stream(ctx, sc.Name); err == nil {
 			have := st.CachedInfo().Config
 			sc.RePublish = have.RePublish
+			// JetStream never lets a stream that denies purges allow them:
+			// a requests stream made by an earlier version keeps denying
+			// them, and its scrubber deletes each request on its own.
+			sc.DenyPurge = sc.DenyPurge || have.DenyPurge
 			if same(have, sc) {
 				continue // nothing to change: no update, no advisory
 			}

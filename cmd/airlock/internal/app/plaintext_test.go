@@ -295,7 +295,7 @@ func waitScrubbed(t *testing.T, a *app.App, within time.Duration) {
 		if err != nil || info.NumAckPending != 0 || info.NumPending != 0 {
 			return false
 		}
-		pending, err := a.Store.PendingScrubs(10)
+		pending, err := a.Store.PendingScrubs(nil, 10)
 		return err == nil && len(pending) == 0
 	}, within, 20*time.Millisecond)
 }

@@ -58,7 +58,10 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		}
 		_, _, tool, _, _ := events.OpSubjectParts(last.Subject)
 		op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
-		heldEv, err := oplog.LastOf(ctx, g.ops, op, events.TypeHeld)
+		heldEv := last // a pending hold's newest event is its held event
+		if last.Type != events.TypeHeld {
+			heldEv, err = oplog.LastOf(ctx, g.ops, op, events.TypeHeld)
+		}
 		if errors.Is(err, oplog.ErrEmpty) {
 			return refuse(events.CodeHoldNotFound, "op %s was never held", opID)
 		}

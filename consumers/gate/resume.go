@@ -119,7 +119,7 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
 		}, ""
 	}
-	req, hdr, err := oplog.RequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
+	req, hdr, err := oplog.HeldRequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
 	if events.CodeOf(err) == events.CodeRequestUnavailable {
 		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
 	}
@@ -139,6 +139,12 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 	inbox := hdr.Get(events.HeaderReplyTo)
 	if !events.ValidReplyTo(inbox, req.Agent) {
 		inbox = ""
+	}
+	if g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) {
+		// As for a first decision: the runner of this process takes the
+		// args from here, not from the stream, and the handoff is put
+		// before the append its runner may read first.
+		g.cfg.Handoff.Put(op.ID, held.Request.RequestSeq, req.Args)
 	}
 	return events.TypeDecided, &events.Decided{
 		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),

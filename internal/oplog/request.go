@@ -50,6 +50,24 @@ func RequestMsg(ctx context.Context, js jetstream.JetStream, requests jetstream.
 	return req, raw.Header, err
 }
 
+// HeldRequestMsg is RequestMsg for an op that was held: the gate moved
+// its request to AIRLOCK_HELD when it held it (ADR 0017), so it is read
+// there first, one read where RequestMsg takes three (a direct get and
+// the leader's answer from the requests stream, then the held stream's).
+// A hold made by a version that left the request where it was is read
+// as RequestMsg reads it.
+func HeldRequestMsg(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, opID string) (*events.Request, nats.Header, error) {
+	raw, err := HeldMsg(ctx, js.Conn(), js, opID)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return RequestMsg(ctx, js, requests, seq, opID)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := ParseRequest(raw.Header, raw.Data, seq, opID)
+	return req, raw.Header, err
+}
+
 // notFound is the REQUEST_UNAVAILABLE of a request the stream said it
 // does not hold (rather than one that does not decode or is another
 // op's): NotFound reports it.

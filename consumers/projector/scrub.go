@@ -33,6 +33,16 @@ const DefaultScrubWorkers = 1
 // fill, and so leave the disk, within seconds. See ADR 0010.
 const DefaultSecureBacklog = 16
 
+// DefaultPurgeEvery bounds how often a sweep purges AIRLOCK_REQUESTS: a
+// purge also rewrites the block state, and under load a page of the index
+// fills faster than that.
+const DefaultPurgeEvery = 50 * time.Millisecond
+
+// DefaultPurgeGrace is how long an ended op's request above the purge
+// floor waits for a later purge before it is deleted on its own: about
+// the time the ops in flight below it take to end under load.
+const DefaultPurgeGrace = time.Second
+
 // deleteWorkers bounds plain deletes in flight: each is a small tombstone.
 const deleteWorkers = 8
 
@@ -55,6 +65,12 @@ type ScrubberConfig struct {
 	// secure delete each; default DefaultSecureBacklog, -1 to always
 	// erase securely.
 	SecureBacklog int
+	// PurgeEvery bounds how often a sweep purges; default
+	// DefaultPurgeEvery (a purge that did not raise the floor is tried
+	// again only after PurgeGrace). PurgeGrace is how long after its op
+	// ended a request above the purge floor waits for a later purge
+	// before it is deleted on its own; default DefaultPurgeGrace.
+	PurgeEvery, PurgeGrace time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -75,8 +91,12 @@ type Scrubber struct {
 	held    jetstream.Stream // AIRLOCK_HELD, opened when first needed (one sweep at a time)
 	purges  atomic.Uint64
 	// after is the scrub index key the sweeps have settled everything up
-	// to (nil: from the start).
-	after []byte
+	// to (nil: from the start); floor the highest purge floor so far (a
+	// floor stays safe: no request below it is needed again), and
+	// nextPurge when a purge may be tried again.
+	after     []byte
+	floor     uint64
+	nextPurge time.Time
 }
 
 // NewScrubber returns a scrubber.
@@ -92,6 +112,12 @@ func NewScrubber(cfg ScrubberConfig) (*Scrubber, error) {
 	}
 	if cfg.SecureBacklog == 0 {
 		cfg.SecureBacklog = DefaultSecureBacklog
+	}
+	if cfg.PurgeEvery <= 0 {
+		cfg.PurgeEvery = DefaultPurgeEvery
+	}
+	if cfg.PurgeGrace <= 0 {
+		cfg.PurgeGrace = DefaultPurgeGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -161,14 +187,15 @@ func (s *Scrubber) heldStream(ctx context.Context, todo []store.Scrub) (jetstrea
 // many entries it settled. An entry whose erasure failed stays for the
 // next sweep. One Sweep runs at a time.
 //
-// A sweep with more to erase than SecureBacklog first purges, with one
-// request to JetStream, every request message below the lowest one that
-// anything may still need (purgeFloor); the entries below it are then
-// settled without a delete each. The rest are deleted one by one.
+// A page with more to erase than SecureBacklog is purged: every request
+// message below the lowest one that anything may still need (purgeFloor)
+// goes with one request to JetStream, at most once every PurgeEvery, and
+// the entries below it are settled without a delete each. An entry above
+// it is left for PurgeGrace after its op ended, for a later purge to
+// take (the ops in flight below it end meanwhile), and then deleted on
+// its own: an op that runs for long holds the floor down.
 func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
 	n := 0
-	var floor uint64 // request messages below it are purged; 0: none
-	purged := false
 	for {
 		todo, err := s.cfg.Store.PendingScrubs(s.after, scrubPage)
 		if err != nil || len(todo) == 0 {
@@ -179,26 +206,39 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		plain := s.cfg.SecureBacklog >= 0 && len(todo) > s.cfg.SecureBacklog
 		if plain {
 			erase, workers = oplog.DeleteRequest, deleteWorkers
-			if !purged {
-				purged = true
-				floor = s.purge(ctx, st)
+			if s.floor <= todo[len(todo)-1].RequestSeq && time.Now().After(s.nextPurge) {
+				floor := s.purge(ctx, st)
+				// A floor held down by a long op is looked at again only
+				// after the grace: each look reads every live op.
+				wait := s.cfg.PurgeEvery
+				if floor <= s.floor {
+					wait = s.cfg.PurgeGrace
+				}
+				s.nextPurge = time.Now().Add(wait)
+				s.floor = max(s.floor, floor)
 			}
 		}
 		held, err := s.heldStream(ctx, todo)
 		if err != nil {
 			return n, err
 		}
+		now := time.Now()
 		sem := make(chan struct{}, workers)
 		var wg sync.WaitGroup
 		for i, sc := range todo {
-			if sc.RequestSeq < floor && !sc.Held {
-				continue // purged
+			purged := sc.RequestSeq < s.floor
+			switch {
+			case purged && !sc.Held:
+				continue
+			case !purged && plain && s.floor > 0 && !sc.Held && now.Sub(sc.Ended) < s.cfg.PurgeGrace:
+				errs[i] = errLater
+				continue
 			}
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if sc.RequestSeq >= floor {
+				if !purged {
 					errs[i] = erase(ctx, st, sc.RequestSeq)
 				}
 				if errs[i] == nil && sc.Held {
@@ -211,17 +251,19 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		wg.Wait()
 		done := make([]store.Scrub, 0, len(todo))
 		var failed error
+		settled := true // every entry so far is settled
 		for i, sc := range todo {
 			if errs[i] != nil {
-				if failed == nil {
+				settled = false
+				if failed == nil && errs[i] != errLater {
 					failed = fmt.Errorf("op %s: %w", sc.OpID, errs[i])
 				}
 				continue
 			}
 			done = append(done, sc)
-			if failed == nil {
-				// The index before the first failure is settled: the
-				// next page, and the next sweep, start after it.
+			if settled {
+				// The index up to here is settled: the next page, and
+				// the next sweep, start after it.
 				s.after = sc.Key()
 			}
 			s.cfg.Logger.Debug("request erased", "op", sc.OpID, "request_seq", sc.RequestSeq)
@@ -237,8 +279,12 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		if failed != nil {
 			return n, fmt.Errorf("%d of %d erasures failed, left for the next sweep; the first: %w", len(todo)-len(done), len(todo), failed)
 		}
-		if len(todo) < scrubPage {
+		if len(todo) < scrubPage || !settled {
+			// What is left waits for a later purge, or the next sweep.
 			return n, nil
 		}
 	}
 }
+
+// errLater marks an entry left for a later purge.
+var errLater = errors.New("left for a later purge")

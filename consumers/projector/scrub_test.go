@@ -294,8 +294,25 @@ func TestScrubberPurgesBelowTheLowestRequestNeeded(t *testing.T) {
 	reqs := requestsStream(t, n)
 	erased, err := s.Sweep(context.Background(), reqs)
 	require.NoError(t, err)
-	assert.Equal(t, 58, erased, "every ended op")
+	assert.Equal(t, 40, erased, "the ended ops below the live one, with one purge")
 	assert.Equal(t, uint64(1), s.Purges())
+	info, err := reqs.Info(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, seqs[40], info.State.FirstSeq, "purged below the live op's request")
+	for i := 41; i < 60; i++ {
+		assert.False(t, gone(t, reqs, seqs[i]), "op %d: above the floor, its op ended a moment ago: left for a later purge", i)
+	}
+	pending, err := st.PendingScrubs(nil, 100)
+	require.NoError(t, err)
+	assert.Len(t, pending, 18)
+
+	// Past the grace, the live op still holding the floor down, they are
+	// deleted one by one.
+	s, err = projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, PurgeGrace: time.Nanosecond})
+	require.NoError(t, err)
+	erased, err = s.Sweep(context.Background(), reqs)
+	require.NoError(t, err)
+	assert.Equal(t, 18, erased)
 	for i, id := range ids {
 		op, err := st.Op(id)
 		require.NoError(t, err)
@@ -307,10 +324,7 @@ func TestScrubberPurgesBelowTheLowestRequestNeeded(t *testing.T) {
 	for _, seq := range undecided {
 		assert.False(t, gone(t, reqs, seq), "a request the gate has not settled stays")
 	}
-	info, err := reqs.Info(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, seqs[40], info.State.FirstSeq, "purged below the live op's request")
-	pending, err := st.PendingScrubs(nil, 100)
+	pending, err = st.PendingScrubs(nil, 100)
 	require.NoError(t, err)
 	assert.Empty(t, pending)
 }

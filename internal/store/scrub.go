@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/cockroachdb/pebble/v2"
@@ -17,9 +18,11 @@ import (
 // their argument plaintext, is to be erased from AIRLOCK_REQUESTS:
 //
 //	x/<seq>/<op id>         request seq to erase (8 bytes, big endian),
-//	                        and a ninth byte 1 for a held op; <seq> is
-//	                        the op's terminal event's (its first event's
-//	                        in stores written before it was)
+//	                        a ninth byte 1 for a held op, then when the
+//	                        op ended (unix ms, 8 bytes; absent in entries
+//	                        written before it was); <seq> is the op's
+//	                        terminal event's (its first event's in
+//	                        stores written before it was)
 //	m/scrub-indexed         present once IndexScrubs has indexed the
 //	                        terminal ops stored before the index existed
 //
@@ -58,15 +61,15 @@ func seqBytes(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(nil, seq)
 }
 
-// scrubValue is a scrub entry's value: the request's sequence, and a
-// ninth byte 1 when the op was held (its request was moved to
-// AIRLOCK_HELD, which the scrub erases too).
+// scrubValue is a scrub entry's value: the request's sequence, a ninth
+// byte 1 when the op was held (its request was moved to AIRLOCK_HELD,
+// which the scrub erases too), and when the op ended.
 func scrubValue(op *events.Op) []byte {
 	v := seqBytes(op.RequestSeq)
 	if op.HoldID != "" {
 		v = append(v, 1)
 	}
-	return v
+	return binary.BigEndian.AppendUint64(v, uint64(op.UpdatedAt.UnixMilli()))
 }
 
 // Scrub is one entry of the scrub index: the terminal op OpID, whose
@@ -76,7 +79,10 @@ type Scrub struct {
 	RequestSeq uint64
 	// Held: the op was held, and its request copied to AIRLOCK_HELD.
 	Held bool
-	key  []byte
+	// Ended is when the op ended; zero for entries of stores written
+	// before the index recorded it.
+	Ended time.Time
+	key   []byte
 }
 
 // Key is the entry's key in the index, for PendingScrubs' after.
@@ -99,15 +105,19 @@ func (s *Store) PendingScrubs(after []byte, limit int) ([]Scrub, error) {
 	var out []Scrub
 	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
 		k, v := it.Key(), it.Value()
-		if len(k) < len(prefix)+9 || (len(v) != 8 && len(v) != 9) {
+		if len(k) < len(prefix)+9 || (len(v) != 8 && len(v) != 9 && len(v) != 16 && len(v) != 17) {
 			return nil, fmt.Errorf("store: malformed scrub entry %q", k)
 		}
-		out = append(out, Scrub{
+		sc := Scrub{
 			OpID:       string(k[len(prefix)+9:]),
 			RequestSeq: binary.BigEndian.Uint64(v),
-			Held:       len(v) == 9 && v[8] == 1,
+			Held:       len(v)%8 == 1 && v[8] == 1,
 			key:        append([]byte(nil), k...),
-		})
+		}
+		if len(v) >= 16 {
+			sc.Ended = time.UnixMilli(int64(binary.BigEndian.Uint64(v[len(v)-8:])))
+		}
+		out = append(out, sc)
 	}
 	return out, it.Error()
 }

@@ -130,6 +130,7 @@ func newBench() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed pipeline phase to this file")
 	f.StringVar(&memprofile, "memprofile", "", "write an allocation profile to this file")
+	f.StringVar(&cfg.Dir, "keep", "", "run in this directory and keep it afterwards (the pipeline's data dir is DIR/pipeline), for inspection; default a temporary one, removed")
 	f.StringVar(&cfg.HeapProfile, "heapprofile", "", "write the live heap at the end of the pipeline phase, while its Airlock runs, to this file")
 	return cmd
 }

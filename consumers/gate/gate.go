@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -189,17 +190,50 @@ func (g *Gate) Run(ctx context.Context) error {
 	return grp.Wait()
 }
 
+// maxResolving bounds the resolutions a gate settles at once.
+const maxResolving = 64
+
 // serveCommands answers resolutions and controls, as a queue group so
-// that several gates share them.
+// that several gates share them. Resolutions are settled concurrently,
+// at most maxResolving at once (each is its own op's compare-and-swap):
+// approvers granting together do not wait in line for each other's
+// reads and appends. Controls are settled one at a time, in order.
 func (g *Gate) serveCommands(ctx context.Context, subscribed chan<- struct{}) error {
 	var subs []*nats.Subscription
+	var (
+		resolving sync.WaitGroup
+		mu        sync.Mutex
+		stopped   bool // no resolution starts once set
+	)
+	slots := make(chan struct{}, maxResolving)
 	defer func() {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		resolving.Wait()
 	}()
+	resolve := func(ctx context.Context, m *nats.Msg) {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			<-slots
+			return
+		}
+		resolving.Go(func() {
+			defer func() { <-slots }()
+			g.handleResolve(ctx, m)
+		})
+	}
 	for subject, h := range map[string]func(context.Context, *nats.Msg){
-		events.ResolveSubjects: g.handleResolve,
+		events.ResolveSubjects: resolve,
 		events.ControlSubjects: g.handleControl,
 	} {
 		sub, err := g.cfg.Conn.QueueSubscribe(subject, streams.GateConsumer, func(m *nats.Msg) { h(ctx, m) })

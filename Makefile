@@ -4,10 +4,11 @@ PKG      ?= ./...
 T        ?=
 FUZZTIME ?= 30s
 OPS      ?= 20000
+SOAK_OPS ?= 1000000
 DATA     ?= ./airlock-data
 RUNFLAGS = $(if $(T),-run '$(T)',)
 
-.PHONY: help build run test test-short bench bench-cluster soak fuzz lint fmt tidy clean
+.PHONY: help build run test test-short bench bench-soak bench-cluster soak fuzz lint fmt tidy clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -30,6 +31,9 @@ bench: build ## airlock bench (OPS=20000), every Go micro-benchmark, then the cl
 	./bin/airlock bench --ops $(OPS)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKG)
 	$(MAKE) bench-cluster
+
+bench-soak: build ## the pipeline for SOAK_OPS ops (1,000,000) in windows of 100,000: ops/s, CPU per op, p99 and memory as the work grows (about 10 minutes)
+	./bin/airlock bench --ops $(SOAK_OPS) --window 100000 --holds -1 --execs -1 --audit-leaves -1 --results -1 --paced -1
 
 bench-cluster: ## one node, a three-node loopback cluster with 1 and 3 Airlock processes, and a leader loss (about 3 minutes)
 	AIRLOCK_BENCH_CLUSTER=1 $(GO) test -run '^$$' -bench '^BenchmarkCluster$$' -benchtime 1x -timeout 30m ./cmd/airlock/

@@ -117,7 +117,7 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"dev.airlock.op.held.v1", "dev.airlock.op.granted.v1", "dev.airlock.op.decided.v1",
-		"dev.airlock.op.claimed.v1", "dev.airlock.op.started.v1", "dev.airlock.op.completed.v1"}, types[:6])
+		"dev.airlock.op.started.v1", "dev.airlock.op.completed.v1"}, types[:5])
 	// The grant's approval: signed by the approver's own key, verified
 	// offline with the log's key and with the exported approvers' keys.
 	out, errOut, code = run(t, "audit", "check-proof", proofFile, "--key", pub)

@@ -182,12 +182,12 @@ func TestWatchGolden(t *testing.T) {
 		}, 10*time.Second, 50*time.Millisecond)
 	}
 
-	submit("demo", "echo", `{"n":1}`, 0) // decided, claimed, started, completed
-	step(4)
+	submit("demo", "echo", `{"n":1}`, 0) // decided, started, completed
+	step(3)
 	granted := submit("review", "count", `{"f":1}`, 3) // held
 	step(1)
-	resolve("grant", granted, "reviewed") // granted, decided, claimed, started, completed
-	step(5)
+	resolve("grant", granted, "reviewed") // granted, decided, started, completed
+	step(4)
 	submit("demo", "format_disk", `{}`, 4) // denied
 	step(1)
 	denied := submit("review", "count", `{"f":2}`, 3) // held
@@ -233,7 +233,7 @@ func TestWatchGolden(t *testing.T) {
 			want = append(want, l)
 		}
 	}
-	require.Len(t, want, 9)
+	require.Len(t, want, 8)
 	reviewLines := review.lines(t, len(want))
 	for _, w := range []*watchProc{all, asJSON, review} {
 		assert.Equal(t, 0, w.stop(t), "Ctrl-C is a clean exit")
@@ -412,7 +412,7 @@ func TestWatchAcrossARestart(t *testing.T) {
 		require.Equal(t, 0, code, "%s%s", out, stderr)
 	}
 	submit(srv, 1)
-	w.lines(t, 4) // decided, claimed, started, completed
+	w.lines(t, 3) // decided, started, completed
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -424,14 +424,14 @@ func TestWatchAcrossARestart(t *testing.T) {
 	srv = startServer(t, dir, addr, nil)
 	require.Eventually(t, func() bool { return strings.Contains(w.stderr.String(), "reconnected at ") }, 60*time.Second, 10*time.Millisecond, w.stderr.String())
 	submit(srv, 2)
-	lines := w.lines(t, 8)
+	lines := w.lines(t, 6)
 	var last struct {
 		Event string `json:"event"`
 		Seq   uint64 `json:"seq"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(lines[7]), &last), lines[7])
+	require.NoError(t, json.Unmarshal([]byte(lines[5]), &last), lines[5])
 	assert.Equal(t, "completed", last.Event)
-	assert.Equal(t, uint64(9), last.Seq, "the policy loaded at the first start, then two ops of four events")
+	assert.Equal(t, uint64(7), last.Seq, "the policy loaded at the first start, then two ops of three events")
 	assert.NotContains(t, w.stderr.String(), "live feed", "no complaint about the feed")
 	assert.Equal(t, 0, w.stop(t))
 }

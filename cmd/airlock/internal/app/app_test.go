@@ -24,7 +24,7 @@ func TestEchoRunsEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, out.State)
 	assert.JSONEq(t, `{"a":[1,"x"],"b":2}`, string(out.Result))
-	// decided, claimed, completed: the projector folds all three (after
+	// decided, started, completed: the projector folds all three (after
 	// the policy.loaded event; the reply may come first).
 	var op *events.Op
 	require.Eventually(t, func() bool {

@@ -1,6 +1,7 @@
 package natsrv
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -78,6 +79,7 @@ func checkBlock(path, stream string, index uint32, tail bool) error {
 		return err
 	}
 	le := binary.LittleEndian
+	owned := strings.HasPrefix(stream, "AIRLOCK_") || strings.HasPrefix(stream, "KV_airlock-")
 	for off := 0; off < len(b); {
 		if len(b)-off < recordHeader+recordChecksum {
 			if tail {
@@ -105,6 +107,17 @@ func checkBlock(path, stream string, index uint32, tail bool) error {
 			}
 			n := int(le.Uint32(rest))
 			mhdr, rest = rest[4:4+n], rest[4+n:]
+			// The headers' length is not in the checksum (nats-server
+			// hashes the headers and the message as one run): a flipped
+			// byte in it moves the cut, and only the headers' own frame
+			// shows it.
+			if !headersFramed(mhdr) {
+				return fmt.Errorf("%s: record at offset %d (sequence %d) has a bad headers length", path, off, le.Uint64(hdr[4:])&^(3<<62))
+			}
+		}
+		// Erased records carry random bytes, tombstones no subject.
+		if le.Uint64(hdr[4:])&(3<<62) == 0 && !literalSubject(subj, owned) {
+			return fmt.Errorf("%s: record at offset %d (sequence %d) has a bad subject length", path, off, le.Uint64(hdr[4:])&^(3<<62))
 		}
 		hh.Reset()
 		hh.Write(hdr[4:20])
@@ -127,4 +140,37 @@ func checkBlock(path, stream string, index uint32, tail bool) error {
 func lastRecordAt(b []byte, off int) bool {
 	rl := int(binary.LittleEndian.Uint32(b[off:]) &^ headersBit)
 	return off+rl >= len(b)
+}
+
+// headersFramed reports whether h is a whole NATS header block: the
+// version line first and the blank line last (or nothing at all).
+func headersFramed(h []byte) bool {
+	return len(h) == 0 || bytes.HasPrefix(h, []byte("NATS/1.0")) && bytes.HasSuffix(h, []byte("\r\n\r\n"))
+}
+
+// literalSubject reports whether s can be a stored message's subject:
+// printable, no spaces, no empty token; in a stream Airlock owns, only
+// the characters its subjects and bucket keys are made of (letters,
+// digits, "-/_=.$"). The subject's length is not in the checksum either
+// when a record has no headers (the subject and the message are hashed
+// as one run): a cut moved into the message shows here (a JSON or sealed
+// message is made of other characters), a cut moved back within the
+// subject does not, and nothing in the record could tell.
+func literalSubject(s []byte, owned bool) bool {
+	if len(s) == 0 || s[0] == '.' || s[len(s)-1] == '.' {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c <= ' ' || c >= 0x7f || c == '.' && s[i-1] == '.':
+			return false
+		case owned && !ownedSubjectByte(c):
+			return false
+		}
+	}
+	return true
+}
+
+func ownedSubjectByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-/_=.$", c) >= 0
 }

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
 	"os"
@@ -481,4 +482,13 @@ func TestLeafOfEventOnAnotherOpsSubject(t *testing.T) {
 	l := audit.NewLeaf("AIRLOCK_OPS", events.OpEventSubject("w", y, "echo", events.TypeGranted), 3, time.Unix(1, 0), events.TypeGranted, "id", "src", "t", []byte("b"), g)
 	assert.Empty(t, l.Op)
 	assert.Equal(t, "mallory", l.Actor, "the leaf still records what the stream holds")
+}
+
+// The compact ranges' node hash is RFC 6962's, as merkle computes it.
+func TestNodeHashIsRFC6962(t *testing.T) {
+	for i := range 64 {
+		l := bytes.Repeat([]byte{byte(i)}, sha256.Size)
+		r := bytes.Repeat([]byte{byte(255 - i)}, sha256.Size)
+		assert.Equal(t, rfc6962.DefaultHasher.HashChildren(l, r), audit.NodeHash(l, r))
+	}
 }

@@ -5,3 +5,6 @@ var CheckLeaf = checkLeaf
 
 // CheckLeafOp exposes the check that also returns the op.
 var CheckLeafOp = checkLeafOp
+
+// NodeHash exposes the compact ranges' node hash.
+var NodeHash = nodeHash

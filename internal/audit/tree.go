@@ -52,6 +52,37 @@ func (a *Appender) AppendHash(h tlog.Hash) (int64, []tlog.Hash, error) {
 	return n, hashes, nil
 }
 
+// AppendSubtree adds 1<<level leaves at once, given the hash of the
+// complete subtree they make; the appender's size must be a multiple of
+// 1<<level. It returns the hashes the append stores above level (the
+// subtree completing larger ones), in order; those at level and below are
+// the caller's.
+func (a *Appender) AppendSubtree(level int, h tlog.Hash) ([]tlog.Hash, error) {
+	h0 := h
+	if level < 0 || level > 62 || a.size&(1<<level-1) != 0 {
+		return nil, fmt.Errorf("audit: a subtree of level %d does not start at size %d", level, a.size)
+	}
+	// Read every left sibling before remembering anything: the frontier
+	// holds one subtree a level, and the new ones replace them.
+	first, n0, leaves := level, a.size>>level, int64(1)<<level
+	var above []tlog.Hash
+	for n := n0; n&1 == 1; n >>= 1 {
+		left, err := a.ReadHashes([]int64{tlog.StoredHashIndex(level, n-1)})
+		if err != nil {
+			return nil, err
+		}
+		h = tlog.NodeHash(left[0], h)
+		level++
+		above = append(above, h)
+	}
+	a.remember(first, n0, h0)
+	for k, h := range above {
+		a.remember(first+1+k, n0>>(k+1), h)
+	}
+	a.size += leaves
+	return above, nil
+}
+
 // TreeHash is the root of the tree at its current size.
 func (a *Appender) TreeHash() (tlog.Hash, error) { return tlog.TreeHash(a.size, a) }
 

@@ -8,7 +8,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/transparency-dev/merkle/compact"
 	"github.com/transparency-dev/merkle/rfc6962"
@@ -105,14 +108,11 @@ type opSum struct {
 }
 
 func (s *opSum) add(op []byte, index int64) {
-	var buf [8]byte
-	binary.BigEndian.PutUint64(buf[:], uint64(index))
-	h := sha256.New()
-	h.Write(op)
-	h.Write([]byte{0})
-	h.Write(buf[:])
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
+	// SHA-256 of op, a zero byte, the index (8 bytes, big endian), in one
+	// call on the stack: no allocation for an op id's usual length.
+	var buf [64]byte
+	b := binary.BigEndian.AppendUint64(append(append(buf[:0], op...), 0), uint64(index))
+	sum := sha256.Sum256(b)
 	s.a += binary.BigEndian.Uint64(sum[0:8])
 	s.b += binary.BigEndian.Uint64(sum[8:16])
 	s.count++
@@ -272,25 +272,34 @@ func Verify(src Source, o Options) (*Report, error) {
 	}
 	slices.SortStableFunc(wants, func(a, b want) int { return cmp.Compare(a.size, b.size) })
 
-	w := &walker{size: size, report: r, max: o.MaxProblems, app: NewAppender(0, nil)}
-	w.rng = (&compact.RangeFactory{Hash: rfc6962.DefaultHasher.HashChildren}).NewEmptyRange(0)
-	roots := map[int64]tlog.Hash{0: EmptyRoot}
-	pending := wants
-	takeRoots := func(n int64) {
-		for len(pending) > 0 && pending[0].size == n {
-			if _, ok := roots[n]; !ok {
-				if root, ok := w.root(); ok {
-					roots[n] = root
-				}
-			}
-			pending = pending[1:]
+	w := &walker{size: size, report: r, max: o.MaxProblems, app: NewAppender(0, nil), roots: map[int64]tlog.Hash{0: EmptyRoot}}
+	w.rng = rangeFactory.NewEmptyRange(0)
+	for _, c := range wants {
+		if c.size > 0 && c.size <= size && (len(w.sizes) == 0 || w.sizes[len(w.sizes)-1] != c.size) {
+			w.sizes = append(w.sizes, c.size)
 		}
 	}
-	for len(pending) > 0 && pending[0].size == 0 {
-		pending = pending[1:]
+	roots := w.roots
+	// The op index is read beside the walk: it needs nothing the walk
+	// learns until both are done.
+	type indexSum struct {
+		sum opSum
+		err error
+	}
+	var index chan indexSum
+	if ix, ok := src.(OpIndexSource); ok {
+		index = make(chan indexSum, 1)
+		var reading sync.WaitGroup
+		defer reading.Wait() // the source is the caller's again when Verify returns
+		reading.Add(1)
+		go func() {
+			defer reading.Done()
+			var idx opSum
+			err := ix.OpIndex(func(op []byte, i int64) error { idx.add(op, i); return nil })
+			index <- indexSum{idx, err}
+		}()
 	}
 	hashesDone, err := w.walk(src, func(n int64) {
-		takeRoots(n)
 		if o.Progress != nil && n%65536 == 0 {
 			o.Progress(n, size)
 		}
@@ -351,9 +360,9 @@ func Verify(src Source, o Options) (*Report, error) {
 	}
 	// Proofs find an op's leaves through the index: it must list them
 	// all and nothing else.
-	if ix, ok := src.(OpIndexSource); ok && r.Status == StatusOK {
-		var idx opSum
-		err := ix.OpIndex(func(op []byte, i int64) error { idx.add(op, i); return nil })
+	if index != nil && r.Status == StatusOK {
+		got := <-index
+		idx, err := got.sum, got.err
 		if errors.Is(err, ErrUnreadable) {
 			r.add(o.MaxProblems, Corrupt, size, "%v", err)
 			return r, nil
@@ -368,7 +377,7 @@ func Verify(src Source, o Options) (*Report, error) {
 	return r, nil
 }
 
-// walker recomputes the tree leaf by leaf.
+// walker recomputes the tree.
 type walker struct {
 	size    int64
 	report  *Report
@@ -379,6 +388,39 @@ type walker struct {
 	hashes  int64
 	lastSeq uint64 // of the last leaf walked
 	ops     opSum  // the leaves that name an op
+	// sizes are the sizes whose roots the checkpoints need, in order;
+	// roots the roots taken at them (and at 0).
+	sizes []int64
+	roots map[int64]tlog.Hash
+}
+
+// rangeFactory makes merkle's compact ranges, the second implementation
+// of the tree. Its node hash is RFC 6962's (checked against merkle's own
+// in the tests), computed on the stack: merkle's makes three
+// allocations a node, and verify hashes about one node a leaf here.
+var rangeFactory = &compact.RangeFactory{Hash: nodeHash}
+
+func nodeHash(left, right []byte) []byte {
+	var buf [1 + 2*sha256.Size]byte
+	buf[0] = rfc6962.RFC6962NodeHashPrefix
+	copy(buf[1:], left)
+	copy(buf[1+sha256.Size:], right)
+	h := sha256.Sum256(buf[:])
+	return h[:]
+}
+
+// takeRoot takes the root at the walk's size when a checkpoint needs it.
+func (w *walker) takeRoot() {
+	n := w.app.Size()
+	if _, ok := slices.BinarySearch(w.sizes, n); !ok {
+		return
+	}
+	if _, ok := w.roots[n]; ok {
+		return
+	}
+	if root, ok := w.root(); ok {
+		w.roots[n] = root
+	}
 }
 
 // root is the tree's root at the leaves walked so far, from both
@@ -411,26 +453,6 @@ type HashCursor interface {
 	Close() error
 }
 
-// storedHashes returns a pull function over the source's stored hashes:
-// ok false at the end; err set when reading failed; none true when the
-// source has no stored hashes.
-func storedHashes(src Source) (next func() (i int64, h []byte, ok bool, err error), stop func(), none bool, err error) {
-	c, err := src.HashCursor()
-	if errors.Is(err, ErrNoStoredHashes) {
-		return nil, func() {}, true, nil
-	}
-	if err != nil {
-		return nil, nil, false, err
-	}
-	return func() (int64, []byte, bool, error) {
-		i, h, ok := c.Next()
-		if !ok {
-			return 0, nil, false, c.Err()
-		}
-		return i, h, true, nil
-	}, func() { c.Close() }, false, nil
-}
-
 // leafItem is what the walk's reader learns of one leaf: its place, its
 // stream and sequence, its record hash, or why it does not parse.
 type leafItem struct {
@@ -441,89 +463,172 @@ type leafItem struct {
 	err    error
 }
 
-// walkBatch is how many leaves the reader hands the hasher at once;
-// walkBatches how many batches are in flight.
+// HashCursorFromSource is a Source whose stored hashes can be read from
+// any index on. Verify's readers then check each stripe's hashes, and
+// hash its subtree, in parallel; without it the hasher does it all.
+type HashCursorFromSource interface {
+	HashCursorFrom(index int64) (HashCursor, error)
+}
+
+// stripeLevel is the level of a stripe's subtree: walkBatch is 1<<it.
+const stripeLevel = 10
+
+// walkBatch is how many leaves a stripe holds: a reader reads its
+// stripe, hands it to the hasher and seeks to its next. walkAhead is how
+// many stripes each reader may have read ahead of the hasher.
 const (
-	walkBatch   = 1024
-	walkBatches = 4
+	walkBatch = 1 << stripeLevel
+	walkAhead = 2
 )
 
-// walk checks every leaf and stored hash, calling at(n) after n leaves. It
-// stops at the first leaf or hash that breaks the tree: nothing after it
-// can be hashed. hashes is false when the source has no stored hashes.
-//
-// Two goroutines share the work, so that a verify uses two cores: one
-// reads the leaves, parses each and hashes it (its record hash and the op
-// index's sum), the other appends the hashes to both trees and checks
-// the stored hashes, in order.
-func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
-	nextStored, stop, none, err := storedHashes(src)
-	if err != nil {
-		return false, err
-	}
-	defer stop()
-	hashes = !none
+// stripe is what a reader learned of one stripe of the log: its leaves
+// in order and the error that stopped its reading, if one did. When the
+// stripe is whole (walkBatch leaves from its first, each parsing, each
+// stored hash within it present and equal to the hash of its leaves),
+// it also holds the stripe's subtree: the hasher then adds the stripe at
+// once instead of leaf by leaf.
+type stripe struct {
+	items []leafItem
+	err   error
 
-	full := make(chan []leafItem, walkBatches)
-	free := make(chan []leafItem, walkBatches+2)
-	for range walkBatches + 2 {
-		free <- make([]leafItem, 0, walkBatch)
-	}
-	quit := make(chan struct{})
-	var readErr error
-	var ops opSum
-	go func() {
-		defer close(full)
-		batch := <-free
-		var lastStream []byte
-		var name string
-		send := func() bool {
-			select {
-			case full <- batch:
-			case <-quit:
-				return false
-			}
-			select {
-			case batch = <-free:
-			case <-quit:
-				return false
-			}
-			return true
+	whole  bool
+	root   tlog.Hash      // of the stripe's subtree (level stripeLevel)
+	rng    *compact.Range // the stripe's range
+	hashes int64          // stored hashes checked
+	// tail is the stored hashes the stripe's last leaf makes above the
+	// stripe's level (its subtree completing larger ones), read, not yet
+	// checked: the hasher knows the subtrees to their left.
+	tail []tlog.Hash
+	// at are the roots of the stripe's own leaves at each wanted size
+	// within it, for the hasher to complete with the subtrees to their
+	// left.
+	at []stripeRoot
+}
+
+type stripeRoot struct {
+	size int64
+	fold tlog.Hash      // tlog: the stripe's subtrees folded
+	rng  *compact.Range // merkle: the stripe's range up to size
+}
+
+// walkReaders is how many goroutines read, parse and hash leaves: one a
+// core, at most four.
+func walkReaders() int { return max(1, min(runtime.GOMAXPROCS(0), 4)) }
+
+// walk checks every leaf and stored hash. It stops at the first leaf or
+// hash that breaks the tree: nothing after it can be hashed. hashes is
+// false when the source has no stored hashes. at(n) is called after
+// each stripe, n the leaves walked.
+//
+// The work is shared so that a verify uses every core: readers (one a
+// core) take stripes of walkBatch leaves in turn, reader r the stripes
+// r, r+n, r+2n and so on. A reader reads its stripe from the source,
+// parses each leaf, hashes it (its record hash and the op index's sum)
+// and, when the source's stored hashes can be read from any index, hashes
+// the stripe's subtree with both implementations and checks the stored
+// hashes within it. The hasher takes the stripes back in order, checks
+// each leaf's place and stream sequence, and adds a whole stripe's
+// subtree to both trees at once; a stripe that is not whole (the last, or
+// one with a problem) it walks leaf by leaf, as the first problem must be
+// found and reported exactly. The last stripe's reader reads on to the
+// source's end: a stored leaf beyond the log's size is found.
+func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
+	// subtrees: the readers hash the stripes' subtrees, which they can
+	// when they can check the stored hashes within them too, or when
+	// there are none.
+	fromSrc, subtrees := src.(HashCursorFromSource)
+	var cursor HashCursor // the hasher's own, for stripes walked leaf by leaf
+	if subtrees {
+		c, err := fromSrc.HashCursorFrom(0)
+		switch {
+		case errors.Is(err, ErrNoStoredHashes):
+		case err != nil:
+			return false, err
+		default:
+			hashes = true
+			c.Close()
 		}
-		readErr = src.Leaves(0, func(i int64, leaf []byte) error {
-			it := leafItem{i: i}
-			stream, op, seq, err := checkLeafOp(leaf)
-			if err != nil {
-				it.err = err
-			} else {
-				if !bytes.Equal(stream, lastStream) {
-					lastStream, name = append(lastStream[:0], stream...), string(stream)
-				}
-				it.stream, it.seq, it.rh = name, seq, tlog.RecordHash(leaf)
-				if len(op) > 0 {
-					ops.add(op, i)
-				}
-			}
-			batch = append(batch, it)
-			if it.err != nil {
-				send()
-				return errStop // nothing after it can be hashed
-			}
-			if len(batch) == walkBatch && !send() {
-				return errStop
-			}
-			return nil
-		})
-		if len(batch) > 0 {
-			select {
-			case full <- batch:
-			case <-quit:
-			}
+	} else {
+		c, err := src.HashCursor()
+		switch {
+		case errors.Is(err, ErrNoStoredHashes):
+			subtrees = true
+		case err != nil:
+			return false, err
+		default:
+			hashes, cursor = true, c
+		}
+	}
+	defer func() {
+		if cursor != nil {
+			cursor.Close()
 		}
 	}()
+	var expectHash int64 // the next stored hash's index, walking leaf by leaf
+	// seek points the hasher's cursor at stored hash from, for a stripe
+	// walked leaf by leaf after whole ones.
+	seek := func(from int64) error {
+		if !hashes || expectHash == from && cursor != nil {
+			return nil
+		}
+		if cursor != nil {
+			cursor.Close()
+		}
+		c, err := fromSrc.HashCursorFrom(from)
+		if err != nil {
+			return err
+		}
+		cursor, expectHash = c, from
+		return nil
+	}
+	nextStored := func() (int64, []byte, bool, error) {
+		i, h, ok := cursor.Next()
+		if !ok {
+			return 0, nil, false, cursor.Err()
+		}
+		return i, h, true, nil
+	}
+
+	readers := walkReaders()
+	lastStripe := max(w.size-1, 0) / walkBatch
+	readers = int(min(int64(readers), lastStripe+1))
+	out := make([]chan stripe, readers)
+	sums := make([]opSum, readers)
+	free := make(chan []leafItem, readers*(walkAhead+1))
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range readers {
+		out[r] = make(chan stripe, walkAhead)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(out[r])
+			rd := stripeReader{src: src, sizes: w.sizes, sum: &sums[r], subtrees: subtrees, from: fromSrc, hashes: hashes}
+			for s := int64(r); s <= lastStripe; s += int64(readers) {
+				var batch []leafItem
+				select {
+				case batch = <-free:
+				default:
+					batch = make([]leafItem, 0, walkBatch)
+				}
+				st := rd.read(s, s == lastStripe, batch)
+				select {
+				case out[r] <- st:
+				case <-quit:
+					return
+				}
+				if st.err != nil {
+					return
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	stopReaders := func() { once.Do(func() { close(quit); wg.Wait() }) }
+	defer stopReaders()
 
 	lastSeq := map[string]uint64{}
-	var expectHash int64
+	// take walks one leaf: its checks, both trees, its stored hashes.
 	take := func(it leafItem) error {
 		switch {
 		case it.i != w.leaves:
@@ -570,42 +675,59 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 			}
 		}
 		w.leaves++
-		at(w.leaves)
+		w.takeRoot()
 		return nil
 	}
 	at(0)
-	var takeErr error
-	for batch := range full {
-		if takeErr == nil {
-			for _, it := range batch {
-				if takeErr = take(it); takeErr != nil {
-					close(quit)
-					break
+	var readErr error
+	for s := int64(0); s <= lastStripe && readErr == nil; s++ {
+		st, ok := <-out[s%int64(readers)]
+		if !ok {
+			break // a reader stopped: the one before it failed
+		}
+		done, err := w.addWhole(st, lastSeq)
+		if errors.Is(err, errStop) {
+			return hashes, nil
+		} else if err != nil {
+			return hashes, err
+		}
+		if !done {
+			if err := seek(tlog.StoredHashIndex(0, w.leaves)); err != nil {
+				return hashes, err
+			}
+			for _, it := range st.items {
+				if err := take(it); errors.Is(err, errStop) {
+					return hashes, nil
+				} else if err != nil {
+					return hashes, err
 				}
 			}
 		}
+		readErr = st.err
+		at(w.leaves)
 		select {
-		case free <- batch[:0]:
+		case free <- st.items[:0]:
 		default:
 		}
 	}
-	// The reader is done: what it wrote is ours to read.
-	if takeErr == nil {
-		w.ops = ops
-	}
-	switch {
-	case errors.Is(takeErr, errStop):
-		return hashes, nil
-	case takeErr != nil:
-		return hashes, takeErr
-	case readErr != nil && !errors.Is(readErr, errStop):
+	if readErr != nil {
 		return hashes, readErr
+	}
+	// Every reader is done: what they summed is ours to read.
+	stopReaders()
+	for _, sum := range sums {
+		w.ops.a += sum.a
+		w.ops.b += sum.b
+		w.ops.count += sum.count
 	}
 	if w.leaves < w.size {
 		w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing: the log's size is %d", w.leaves, w.size)
 		return hashes, nil
 	}
 	if hashes {
+		if err := seek(tlog.StoredHashIndex(0, w.size)); err != nil {
+			return hashes, err
+		}
 		si, _, ok, err := nextStored()
 		if err != nil {
 			return hashes, err
@@ -615,6 +737,293 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		}
 	}
 	return hashes, nil
+}
+
+// addWhole adds a whole stripe at once, when its leaves are where they
+// must be and their stream sequences follow on: the roots within it, its
+// subtree (checking the stored hashes it completes above its level) and
+// its range. false: walk it leaf by leaf; errStop: a problem is
+// reported, the walk ends.
+func (w *walker) addWhole(st stripe, lastSeq map[string]uint64) (bool, error) {
+	if !st.whole || w.app.Size() != w.leaves || w.leaves%walkBatch != 0 || w.leaves+walkBatch > w.size {
+		return false, nil
+	}
+	// The checks take() makes of each leaf, first without a change.
+	var (
+		stream  string
+		seq     uint64
+		changed map[string]uint64 // the streams' last sequences, when more than one
+	)
+	lastOf := func(name string) (uint64, bool) {
+		if v, ok := changed[name]; ok {
+			return v, true
+		}
+		v, ok := lastSeq[name]
+		return v, ok
+	}
+	for k, it := range st.items {
+		if it.i != w.leaves+int64(k) || it.err != nil {
+			return false, nil
+		}
+		var prev uint64
+		var ok bool
+		if k > 0 && it.stream == stream {
+			prev, ok = seq, true
+		} else {
+			if k > 0 {
+				if changed == nil {
+					changed = map[string]uint64{}
+				}
+				changed[stream] = seq
+			}
+			prev, ok = lastOf(it.stream)
+		}
+		if ok && it.seq != prev+1 {
+			return false, nil
+		}
+		stream, seq = it.stream, it.seq
+	}
+	for name, v := range changed {
+		lastSeq[name] = v
+	}
+	lastSeq[stream] = seq
+	w.lastSeq = seq
+
+	// The roots the checkpoints need within the stripe: the stripe's
+	// own fold completed with the subtrees to its left.
+	start := w.leaves
+	for _, r := range st.at {
+		a := r.fold
+		for level := stripeLevel; start>>level > 0; level++ {
+			if start>>level&1 == 0 {
+				continue
+			}
+			hs, err := w.app.ReadHashes([]int64{tlog.StoredHashIndex(level, start>>level-1)})
+			if err != nil {
+				return false, err
+			}
+			a = tlog.NodeHash(hs[0], a)
+		}
+		left := rangeFactory.NewEmptyRange(0)
+		if start > 0 {
+			var err error
+			if left, err = rangeFactory.NewRange(0, uint64(start), slices.Clone(w.rng.Hashes())); err != nil {
+				return false, err
+			}
+		}
+		var b []byte
+		err := left.AppendRange(r.rng, nil)
+		if err == nil {
+			b, err = left.GetRootHash(nil)
+		}
+		if err != nil || !bytes.Equal(a[:], b) {
+			w.report.add(w.max, RootMismatch, r.size, "tlog and merkle disagree on the root (%v)", err)
+			continue
+		}
+		w.roots[r.size] = a
+	}
+
+	computed, err := w.app.AppendSubtree(stripeLevel, st.root)
+	if err != nil {
+		return false, err
+	}
+	if err := w.rng.AppendRange(st.rng, nil); err != nil {
+		return false, err
+	}
+	w.hashes += st.hashes
+	last := w.leaves + walkBatch - 1
+	next := tlog.StoredHashIndex(0, last) + stripeLevel + 1 // the first above the stripe
+	for k, h := range computed {
+		if k >= len(st.tail) {
+			w.leaves = last
+			w.hashProblem(stripeLevel+1+k, last, next+int64(k), "is missing")
+			return true, errStop
+		}
+		if st.tail[k] != h {
+			w.leaves = last
+			w.hashProblem(stripeLevel+1+k, last, next+int64(k), "differs from the hash of its leaves")
+			return true, errStop
+		}
+		w.hashes++
+	}
+	w.leaves += walkBatch
+	w.takeRoot()
+	return true, nil
+}
+
+// stripeReader reads stripes for one of walk's readers.
+type stripeReader struct {
+	src   Source
+	sizes []int64
+	sum   *opSum
+	// subtrees: the reader hashes each stripe's subtree; with hashes it
+	// checks the stored hashes within it, read from from.
+	subtrees bool
+	from     HashCursorFromSource
+	hashes   bool
+	digest   hash.Hash
+}
+
+// leafPrefix is RFC 6962's prefix of a leaf's hash (tlog.RecordHash).
+var leafPrefix = []byte{0}
+
+// read reads stripe s into batch, parsing and hashing each leaf and
+// adding the ones that name an op to the reader's sum. A leaf that does
+// not parse ends the stripe (nothing after it can be hashed); the last
+// stripe reads on to the source's end.
+func (rd *stripeReader) read(s int64, last bool, batch []leafItem) stripe {
+	from, end := s*walkBatch, (s+1)*walkBatch
+	var lastStream []byte
+	var name string
+	if rd.digest == nil {
+		rd.digest = sha256.New()
+	}
+	err := rd.src.Leaves(from, func(i int64, leaf []byte) error {
+		if i >= end && !last {
+			return errStop // a gap ran past the stripe: the hasher finds it
+		}
+		it := leafItem{i: i}
+		stream, op, seq, err := checkLeafOp(leaf)
+		if err != nil {
+			it.err = err
+			batch = append(batch, it)
+			return errStop
+		}
+		if !bytes.Equal(stream, lastStream) {
+			lastStream, name = append(lastStream[:0], stream...), string(stream)
+		}
+		it.stream, it.seq = name, seq
+		// tlog.RecordHash, without its allocations.
+		rd.digest.Reset()
+		rd.digest.Write(leafPrefix)
+		rd.digest.Write(leaf)
+		rd.digest.Sum(it.rh[:0])
+		if len(op) > 0 {
+			rd.sum.add(op, i)
+		}
+		batch = append(batch, it)
+		if i == end-1 && !last {
+			return errStop // the stripe is read; the next read is another's
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	st := stripe{items: batch, err: err}
+	if err == nil && rd.subtrees && len(batch) == walkBatch {
+		if err := rd.subtree(s, &st); err != nil {
+			st.err = err
+		}
+	}
+	return st
+}
+
+// subtree hashes a stripe's subtree with both implementations, checks
+// the stored hashes within it and reads the ones its last leaf makes
+// above it. The stripe is whole when every leaf is in its place, parsed,
+// and every stored hash is present and equal.
+func (rd *stripeReader) subtree(s int64, st *stripe) error {
+	start := s * walkBatch
+	for k, it := range st.items {
+		if it.i != start+int64(k) || it.err != nil {
+			return nil
+		}
+	}
+	var cursor HashCursor
+	if rd.hashes {
+		c, err := rd.from.HashCursorFrom(tlog.StoredHashIndex(0, start))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		cursor = c
+	}
+	expect := tlog.StoredHashIndex(0, start)
+	check := func(h tlog.Hash) (bool, error) {
+		if cursor == nil {
+			return true, nil
+		}
+		i, sh, ok := cursor.Next()
+		if !ok {
+			return false, cursor.Err()
+		}
+		if i != expect || !bytes.Equal(sh, h[:]) {
+			return false, nil
+		}
+		expect++
+		st.hashes++
+		return true, nil
+	}
+	rng := rangeFactory.NewEmptyRange(uint64(start))
+	var frontier [stripeLevel + 1]tlog.Hash
+	lo, _ := slices.BinarySearch(rd.sizes, start+1)
+	for k, it := range st.items {
+		h := it.rh
+		if ok, err := check(h); !ok || err != nil {
+			return err
+		}
+		level, j := 0, k
+		for ; j&1 == 1; j >>= 1 {
+			h = tlog.NodeHash(frontier[level], h)
+			level++
+			if ok, err := check(h); !ok || err != nil {
+				return err
+			}
+		}
+		frontier[level] = h
+		if err := rng.Append(it.rh[:], nil); err != nil {
+			return err
+		}
+		// A wanted size within the stripe: its own subtrees folded, right
+		// to left, and its range so far.
+		n := start + int64(k) + 1
+		if lo < len(rd.sizes) && rd.sizes[lo] == n && k+1 < walkBatch {
+			lo++
+			m := k + 1
+			var fold tlog.Hash
+			first := true
+			for level := 0; level < stripeLevel; level++ {
+				if m>>level&1 == 0 {
+					continue
+				}
+				if first {
+					fold, first = frontier[level], false
+				} else {
+					fold = tlog.NodeHash(frontier[level], fold)
+				}
+			}
+			snap, err := rangeFactory.NewRange(uint64(start), uint64(n), slices.Clone(rng.Hashes()))
+			if err != nil {
+				return err
+			}
+			st.at = append(st.at, stripeRoot{size: n, fold: fold, rng: snap})
+		}
+	}
+	// The last leaf completes subtrees above the stripe as many times as
+	// s ends in ones: their stored hashes follow, for the hasher.
+	for up := s; up&1 == 1; up >>= 1 {
+		if cursor == nil {
+			break
+		}
+		i, sh, ok := cursor.Next()
+		if !ok {
+			if err := cursor.Err(); err != nil {
+				return err
+			}
+			break
+		}
+		if i != expect {
+			break
+		}
+		if len(sh) != tlog.HashSize {
+			return nil // the hasher walks it leaf by leaf and says how it differs
+		}
+		expect++
+		st.tail = append(st.tail, tlog.Hash(sh))
+	}
+	st.root, st.rng, st.whole = frontier[stripeLevel], rng, true
+	return nil
 }
 
 func (w *walker) hashProblem(level int, leaf, index int64, what string) {

@@ -298,8 +298,12 @@ func (s *Store) pruneCheckpoints(pb writer, max int, size int64) (delta int, err
 }
 
 // HashCursor reads the stored hashes in index order, as stored.
-func (s *Store) HashCursor() (audit.HashCursor, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefixHash, UpperBound: prefixEnd(prefixHash)})
+func (s *Store) HashCursor() (audit.HashCursor, error) { return s.HashCursorFrom(0) }
+
+// HashCursorFrom reads the stored hashes in index order from index from
+// on (audit.HashCursorFromSource: verify's readers each check their part).
+func (s *Store) HashCursorFrom(from int64) (audit.HashCursor, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(prefixHash, from), UpperBound: prefixEnd(prefixHash)})
 	if err != nil {
 		return nil, err
 	}

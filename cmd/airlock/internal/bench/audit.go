@@ -23,7 +23,7 @@ func auditLog(cfg Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer func() { st.Close() }()
 	const batch = 1024
 	at := time.Now()
 	m := cfg.track(PhaseAuditAppend, cfg.AuditLeaves)
@@ -54,6 +54,14 @@ func auditLog(cfg Config, res *Result) error {
 	m.end()
 	res.AuditLeaves = cfg.AuditLeaves
 	res.AuditAppendNS = float64(took.Nanoseconds()) / float64(cfg.AuditLeaves)
+	// Verified as `airlock audit verify` reads a data dir: opened
+	// read-only, after the writer closed it.
+	if err := st.Close(); err != nil {
+		return err
+	}
+	if st, err = store.OpenReadOnly(filepath.Join(dir, "projection")); err != nil {
+		return err
+	}
 	vm := cfg.track(PhaseAuditVerify, cfg.AuditLeaves)
 	defer vm.end()
 	start = time.Now()

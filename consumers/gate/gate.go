@@ -125,6 +125,8 @@ type Gate struct {
 	policy atomic.Pointer[policy.Policy]
 	source atomic.Pointer[string]
 	ready  chan struct{}
+	// resumed is the grants this gate resumed when it appended them.
+	resumed resumedSet
 }
 
 // New returns a gate.

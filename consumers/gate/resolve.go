@@ -29,24 +29,48 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		g.respond(m, events.Reply{Code: e.Code, Message: e.Message})
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
 	defer cancel()
-	r, err := g.resolve(ctx, ws, who, res)
+	r, grant, err := g.resolve(rctx, ws, who, res)
 	if err != nil {
 		g.cfg.Logger.Warn("resolution not settled", "ws", ws, "hold", res.HoldID, "err", err)
 		g.respond(m, events.Reply{Code: events.CodeUnavailable, Message: err.Error()})
 		return
 	}
 	g.respond(m, r)
+	if grant != nil {
+		// The grant is stored: it is the work item the resume consumer
+		// delivers, after a crash too. This gate resumes the op now, by
+		// push, rather than after that delivery and the reads it needs;
+		// the delivery then finds it resumed (its compare-and-swap on the
+		// granted event loses, or it is skipped as resumed here).
+		gctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+		defer cancel()
+		if err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held); err != nil {
+			g.cfg.Logger.Info("hold not resumed at once; the resume consumer will", "op", grant.op.ID, "err", err)
+			return
+		}
+		g.resumed.add(grant.op.ID, grant.seq)
+	}
+}
+
+// grant is a grant this gate appended: what resuming it needs.
+type grant struct {
+	op      oplog.Op
+	seq     uint64 // of the granted event
+	granted *events.Granted
+	held    *events.Held
 }
 
 // resolve applies one resolution to its hold with compare-and-swap on the
 // op: of two racing resolutions exactly one is appended, and the other is
 // told how the hold was resolved.
-func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *events.Resolution) (events.Reply, error) {
+//
+// A grant it appended is returned too, for the caller to resume.
+func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *events.Resolution) (events.Reply, *grant, error) {
 	opID, _ := events.OpOfHold(res.HoldID)
-	refuse := func(code events.Code, format string, args ...any) (events.Reply, error) {
-		return events.Reply{OpID: opID, Code: code, Message: fmt.Sprintf(format, args...)}, nil
+	refuse := func(code events.Code, format string, args ...any) (events.Reply, *grant, error) {
+		return events.Reply{OpID: opID, Code: code, Message: fmt.Sprintf(format, args...)}, nil, nil
 	}
 	for round := 0; round < maxResolveRounds; round++ {
 		last, err := oplog.Last(ctx, g.ops, ws, opID)
@@ -54,7 +78,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			return refuse(events.CodeHoldNotFound, "no hold %s in workspace %s", res.HoldID, ws)
 		}
 		if err != nil {
-			return events.Reply{}, err
+			return events.Reply{}, nil, err
 		}
 		_, _, tool, _, _ := events.OpSubjectParts(last.Subject)
 		op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
@@ -66,7 +90,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			return refuse(events.CodeHoldNotFound, "op %s was never held", opID)
 		}
 		if err != nil {
-			return events.Reply{}, err
+			return events.Reply{}, nil, err
 		}
 		held, ok := heldEv.Data.(*events.Held)
 		if !ok || held.HoldID != res.HoldID {
@@ -76,7 +100,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		if _, pending := last.Data.(*events.Held); !pending {
 			r, err := g.resolved(ctx, op, last, who, res)
 			r.Hold = info
-			return r, err
+			return r, nil, err
 		}
 		if !g.cfg.Clock().Before(held.ExpiresAt) {
 			// Fail closed: the hold is over whether or not the sweeper has
@@ -87,24 +111,24 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 				continue
 			}
 			if err != nil {
-				return events.Reply{}, err
+				return events.Reply{}, nil, err
 			}
 			g.cfg.Logger.Info("hold expired", "op", opID, "ws", ws, "hold", held.HoldID)
-			r, _ := refuse(events.CodeHoldExpired, "hold %s expired at %s", held.HoldID, held.ExpiresAt.Format(timeFormat))
+			r, _, _ := refuse(events.CodeHoldExpired, "hold %s expired at %s", held.HoldID, held.ExpiresAt.Format(timeFormat))
 			r.State, r.Hold = events.StateExpired, info
-			return r, nil
+			return r, nil, nil
 		}
 		if res.ArgsDigest != held.ArgsDigest {
-			r, _ := refuse(events.CodeGrantDigestMismatch, "hold %s covers args %s, not %s", held.HoldID, held.ArgsDigest, res.ArgsDigest)
+			r, _, _ := refuse(events.CodeGrantDigestMismatch, "hold %s covers args %s, not %s", held.HoldID, held.ArgsDigest, res.ArgsDigest)
 			r.State, r.Hold = events.StateHeld, info
-			return r, nil
+			return r, nil, nil
 		}
 		if err := g.checkApproval(held, who, res); err != nil {
 			e := err.(*events.Error)
-			r, _ := refuse(e.Code, "%s", e.Message)
+			r, _, _ := refuse(e.Code, "%s", e.Message)
 			r.State, r.Hold = events.StateHeld, info
 			g.cfg.Logger.Warn("resolution refused: its approval does not check out", "op", opID, "ws", ws, "hold", held.HoldID, "approver", who.Name, "err", e.Message)
-			return r, nil
+			return r, nil, nil
 		}
 		typ, data, state := g.resolution(held, who, res)
 		seq, err := g.w.Append(ctx, g.ops, op, last.Seq, typ, Source, data)
@@ -112,12 +136,16 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			continue // the op moved on: the next round says where
 		}
 		if err != nil {
-			return events.Reply{}, err
+			return events.Reply{}, nil, err
 		}
 		g.cfg.Logger.Info("hold resolved", "op", opID, "ws", ws, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
-		return events.Reply{OpID: opID, State: state, Hold: info}, nil
+		var gr *grant
+		if d, ok := data.(*events.Granted); ok {
+			gr = &grant{op: op, seq: seq, granted: d, held: held}
+		}
+		return events.Reply{OpID: opID, State: state, Hold: info}, gr, nil
 	}
-	return events.Reply{}, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
+	return events.Reply{}, nil, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
 }
 
 // checkApproval requires of an approver with a key a statement, signed

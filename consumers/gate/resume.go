@@ -72,6 +72,9 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted event on another op's subject; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream)
 		return nil
 	}
+	if g.resumed.take(opID, md.Sequence.Stream) {
+		return nil // resumed by this gate when it appended the grant
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
 	defer cancel()
 	op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
@@ -84,6 +87,17 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted op has no held summary; skipped", "op", opID, "ws", ws)
 		return nil
 	}
+	return g.resumeGranted(ctx, op, md.Sequence.Stream, gr, held)
+}
+
+// resumeGranted appends what follows the granted event at grantedSeq,
+// with compare-and-swap on it: of the gate that appended the grant and
+// the resume consumer's delivery (or two deliveries), one appends and the
+// others find the op moved on.
+func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64, gr *events.Granted, held *events.Held) error {
+	if held.Request == nil {
+		return errors.New("resume: the held event has no request summary")
+	}
 	typ, next, inbox := g.resumeEvent(ctx, op, gr, held)
 	if next == nil {
 		return errors.New("resume: request or controls unreadable")
@@ -91,13 +105,13 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	// The decided event carries the request's own reply subject, so the
 	// executor answers a submitter that waits on it (a retry after the
 	// grant, from the same client).
-	seq, err := g.w.Append(ctx, g.ops, op, md.Sequence.Stream, typ, Source, next, oplog.ReplyTo(inbox))
+	seq, err := g.w.Append(ctx, g.ops, op, grantedSeq, typ, Source, next, oplog.ReplyTo(inbox))
 	if oplog.IsConflict(err) {
-		last, lerr := oplog.Last(ctx, g.ops, ws, opID)
+		last, lerr := oplog.Last(ctx, g.ops, op.Workspace, op.ID)
 		if lerr != nil {
 			return lerr
 		}
-		if last.Seq > md.Sequence.Stream {
+		if last.Seq > grantedSeq {
 			return nil // resumed already, by an earlier delivery
 		}
 		return err
@@ -105,8 +119,44 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	g.cfg.Logger.Info("hold resumed", "op", opID, "ws", ws, "hold", gr.HoldID, "event_type", typ, "seq", seq)
+	g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", typ, "seq", seq)
 	return nil
+}
+
+// maxResumed bounds the grants a gate remembers having resumed itself
+// until the resume consumer delivers them: the delivery may go to
+// another gate, so an entry may never be taken. When it is full, a
+// delivery resumes as if nothing were remembered: its compare-and-swap
+// loses, at the cost of its reads.
+const maxResumed = 4096
+
+// resumedSet is the grants this gate resumed at once, by op and granted
+// event sequence.
+type resumedSet struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+func (r *resumedSet) add(op string, seq uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[string]uint64)
+	}
+	if len(r.m) < maxResumed {
+		r.m[op] = seq
+	}
+}
+
+// take reports whether op's grant at seq was resumed here, forgetting it.
+func (r *resumedSet) take(op string, seq uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.m[op]; ok && s == seq {
+		delete(r.m, op)
+		return true
+	}
+	return false
 }
 
 // resumeEvent is the event that follows a grant, and the request's valid
@@ -119,7 +169,16 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
 		}, ""
 	}
+	// The request and the controls in force are read at once: a grant's
+	// resume is where a person waits.
+	var (
+		override policy.Mode
+		modeErr  error
+		read     sync.WaitGroup
+	)
+	read.Go(func() { override, modeErr = g.freshOverride(ctx, op.Workspace) })
 	req, hdr, err := oplog.HeldRequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
+	read.Wait()
 	if events.CodeOf(err) == events.CodeRequestUnavailable {
 		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
 	}
@@ -127,9 +186,8 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 		g.cfg.Logger.Warn("resume: request", "op", op.ID, "err", err)
 		return "", nil, ""
 	}
-	override, err := g.freshOverride(ctx, op.Workspace)
-	if err != nil {
-		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", err)
+	if modeErr != nil {
+		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", modeErr)
 		return "", nil, ""
 	}
 	d := g.decide(ctx, req, override)

@@ -543,6 +543,36 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 		testenv.OpEvents(t, n.JetStream, "review", held.OpID))
 }
 
+// The gate that appends a grant resumes the op at once, by push: with
+// the resume consumer paused, the op still runs, once; the consumer's
+// delivery afterwards finds it resumed.
+func TestGrantResumesWithoutTheResumeConsumer(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"pushed":1}`)})
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	_, err := a.JetStream.PauseConsumer(ctx, streams.Ops, streams.ResumeConsumer, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+
+	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "go")
+	require.NoError(t, err)
+	got := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, got.State, got.Error)
+
+	_, err = a.JetStream.ResumeConsumer(ctx, streams.Ops, streams.ResumeConsumer)
+	require.NoError(t, err)
+	cons, err := a.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, 10*time.Second, 10*time.Millisecond, "the delivery is acknowledged")
+	assert.Equal(t, 1, executions(t, counter, held.OpID))
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
+		testenv.OpEvents(t, a.JetStream, "review", held.OpID))
+}
+
 // A rule added by a reload between the hold and the grant denies the
 // resume: the grant does not outrank the policy in force.
 func TestReloadedRuleDeniesOnResume(t *testing.T) {

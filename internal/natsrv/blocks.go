@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/minio/highwayhash"
 )
@@ -59,8 +61,28 @@ func CheckBlocks(storeDir string, tail bool) (blocks int, err error) {
 			newest[d] = b.index
 		}
 	}
-	for _, b := range all {
-		if err := checkBlock(b.path, b.stream, b.index, tail && b.index == newest[filepath.Dir(b.path)]); err != nil {
+	// The blocks are checked in parallel, a worker a core: a million
+	// ops' blocks are about 2 GB to read and hash at every start. The
+	// error is the first bad block's in file order, as one worker would
+	// have found it.
+	errs := make([]error, len(all))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(runtime.GOMAXPROCS(0), len(all))) {
+		wg.Go(func() {
+			for i := range next {
+				b := all[i]
+				errs[i] = checkBlock(b.path, b.stream, b.index, tail && b.index == newest[filepath.Dir(b.path)])
+			}
+		})
+	}
+	for i := range all {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			return blocks, err
 		}
 		blocks++

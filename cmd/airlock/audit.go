@@ -135,7 +135,7 @@ index otherwise.`,
 				// Read beside the tables: the two share nothing.
 				blocks := make(chan error, 1)
 				go func() {
-					_, err := natsrv.CheckBlocks(filepath.Join(g.data, natsrv.StoreDir), false)
+					_, err := natsrv.CheckBlocks(filepath.Join(g.data, natsrv.StoreDir), false, streams.WrittenByAirlock)
 					blocks <- err
 				}()
 				tablesErr := st.CheckTables(cmd.Context())

@@ -39,7 +39,14 @@ const (
 // torn or fail its checksum: a process killed during a write can leave
 // it so, and nats-server cuts it off when it starts (it was never
 // acknowledged). A start checks with tail; an offline verify without.
-func CheckBlocks(storeDir string, tail bool) (blocks int, err error) {
+//
+// strict names the streams whose every record Airlock itself wrote (nil:
+// none). Their records are also checked for what the checksum does not
+// cover: the headers' length and, without headers, the subject's. A
+// stream that agents or other clients write to is checked by its
+// checksums only: a client may store headers nats-server does not parse
+// or a subject of any characters, and a start must not refuse them.
+func CheckBlocks(storeDir string, tail bool, strict func(stream string) bool) (blocks int, err error) {
 	files, err := filepath.Glob(filepath.Join(storeDir, "jetstream", "*", "streams", "*", "msgs", "*.blk"))
 	if err != nil {
 		return 0, err
@@ -72,7 +79,7 @@ func CheckBlocks(storeDir string, tail bool) (blocks int, err error) {
 		wg.Go(func() {
 			for i := range next {
 				b := all[i]
-				errs[i] = checkBlock(b.path, b.stream, b.index, tail && b.index == newest[filepath.Dir(b.path)])
+				errs[i] = checkBlock(b.path, b.stream, b.index, tail && b.index == newest[filepath.Dir(b.path)], strict != nil && strict(b.stream))
 			}
 		})
 	}
@@ -90,7 +97,7 @@ func CheckBlocks(storeDir string, tail bool) (blocks int, err error) {
 	return blocks, nil
 }
 
-func checkBlock(path, stream string, index uint32, tail bool) error {
+func checkBlock(path, stream string, index uint32, tail, strict bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -101,7 +108,6 @@ func checkBlock(path, stream string, index uint32, tail bool) error {
 		return err
 	}
 	le := binary.LittleEndian
-	owned := strings.HasPrefix(stream, "AIRLOCK_") || strings.HasPrefix(stream, "KV_airlock-")
 	for off := 0; off < len(b); {
 		if len(b)-off < recordHeader+recordChecksum {
 			if tail {
@@ -133,12 +139,12 @@ func checkBlock(path, stream string, index uint32, tail bool) error {
 			// hashes the headers and the message as one run): a flipped
 			// byte in it moves the cut, and only the headers' own frame
 			// shows it.
-			if !headersFramed(mhdr) {
+			if strict && !headersFramed(mhdr) {
 				return fmt.Errorf("%s: record at offset %d (sequence %d) has a bad headers length", path, off, le.Uint64(hdr[4:])&^(3<<62))
 			}
 		}
 		// Erased records carry random bytes, tombstones no subject.
-		if le.Uint64(hdr[4:])&(3<<62) == 0 && !literalSubject(subj, owned) {
+		if strict && le.Uint64(hdr[4:])&(3<<62) == 0 && !airlockSubject(subj) {
 			return fmt.Errorf("%s: record at offset %d (sequence %d) has a bad subject length", path, off, le.Uint64(hdr[4:])&^(3<<62))
 		}
 		hh.Reset()
@@ -170,23 +176,19 @@ func headersFramed(h []byte) bool {
 	return len(h) == 0 || bytes.HasPrefix(h, []byte("NATS/1.0")) && bytes.HasSuffix(h, []byte("\r\n\r\n"))
 }
 
-// literalSubject reports whether s can be a stored message's subject:
-// printable, no spaces, no empty token; in a stream Airlock owns, only
-// the characters its subjects and bucket keys are made of (letters,
-// digits, "-/_=.$"). The subject's length is not in the checksum either
+// airlockSubject reports whether s can be the subject of a record
+// Airlock wrote: letters, digits and "-/_=.$" (its subjects and bucket
+// keys), no empty token. The subject's length is not in the checksum
 // when a record has no headers (the subject and the message are hashed
 // as one run): a cut moved into the message shows here (a JSON or sealed
 // message is made of other characters), a cut moved back within the
 // subject does not, and nothing in the record could tell.
-func literalSubject(s []byte, owned bool) bool {
+func airlockSubject(s []byte) bool {
 	if len(s) == 0 || s[0] == '.' || s[len(s)-1] == '.' {
 		return false
 	}
 	for i, c := range s {
-		switch {
-		case c <= ' ' || c >= 0x7f || c == '.' && s[i-1] == '.':
-			return false
-		case owned && !ownedSubjectByte(c):
+		if !ownedSubjectByte(c) || c == '.' && s[i-1] == '.' {
 			return false
 		}
 	}

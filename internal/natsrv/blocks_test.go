@@ -3,9 +3,12 @@ package natsrv_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/nats-io/nats.go"
@@ -40,10 +43,10 @@ func TestCheckBlocks(t *testing.T) {
 	}
 	require.NoError(t, st.DeleteMsg(ctx, seqs[3]))
 	require.NoError(t, st.SecureDeleteMsg(ctx, seqs[7]))
-	// A stream named as Airlock's are, with nothing erased, whose every
-	// byte is flipped below: an erased record is random bytes that
-	// nothing reads, its subject's length among them.
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "AIRLOCK_FLIPPED", Subjects: []string{"flipped.>"}})
+	// A stream checked strictly (as Airlock's own are), with nothing
+	// erased, whose every byte is flipped below: an erased record is
+	// random bytes that nothing reads, its subject's length among them.
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "FLIPPED", Subjects: []string{"flipped.>"}})
 	require.NoError(t, err)
 	for i := range 20 {
 		m := &nats.Msg{Subject: fmt.Sprintf("flipped.%d", i), Data: []byte(fmt.Sprintf(`{"n":%d,"pad":"%0200d"}`, i, i))}
@@ -58,11 +61,12 @@ func TestCheckBlocks(t *testing.T) {
 	s.WaitForShutdown()
 
 	store := filepath.Join(dir, natsrv.StoreDir)
-	n, err := natsrv.CheckBlocks(store, false)
+	strict := func(stream string) bool { return stream == "FLIPPED" }
+	n, err := natsrv.CheckBlocks(store, false, strict)
 	require.NoError(t, err)
 	assert.Positive(t, n)
 
-	blocks, err := filepath.Glob(filepath.Join(store, "jetstream", "*", "streams", "AIRLOCK_FLIPPED", "msgs", "*.blk"))
+	blocks, err := filepath.Glob(filepath.Join(store, "jetstream", "*", "streams", "FLIPPED", "msgs", "*.blk"))
 	require.NoError(t, err)
 	require.NotEmpty(t, blocks)
 	b, err := os.ReadFile(blocks[0])
@@ -75,7 +79,7 @@ func TestCheckBlocks(t *testing.T) {
 		flipped := append([]byte(nil), b...)
 		flipped[off] ^= 0x5a
 		require.NoError(t, os.WriteFile(blocks[0], flipped, 0o600))
-		if _, err := natsrv.CheckBlocks(store, false); err == nil {
+		if _, err := natsrv.CheckBlocks(store, false, strict); err == nil {
 			missed = append(missed, off)
 		}
 	}
@@ -88,12 +92,53 @@ func TestCheckBlocks(t *testing.T) {
 	last[len(last)-1] ^= 0x5a
 	for _, bad := range [][]byte{last, b[:len(b)-3]} {
 		require.NoError(t, os.WriteFile(blocks[0], bad, 0o600))
-		_, err = natsrv.CheckBlocks(store, true)
+		_, err = natsrv.CheckBlocks(store, true, strict)
 		assert.NoError(t, err)
-		_, err = natsrv.CheckBlocks(store, false)
+		_, err = natsrv.CheckBlocks(store, false, strict)
 		assert.Error(t, err)
 	}
 	require.NoError(t, os.WriteFile(blocks[0], b, 0o600))
-	_, err = natsrv.CheckBlocks(store, false)
+	_, err = natsrv.CheckBlocks(store, false, strict)
 	assert.NoError(t, err)
+}
+
+// A stream other clients write to is checked by its checksums only: a
+// subject of any characters and headers nats-server stores without
+// parsing them are theirs to send, and a start must not refuse them.
+func TestCheckBlocksTakesWhatClientsMayStore(t *testing.T) {
+	dir := t.TempDir()
+	s, err := natsrv.Start(natsrv.Config{DataDir: dir, Listen: "127.0.0.1:0"})
+	require.NoError(t, err)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "OPEN", Subjects: []string{"open.>"}})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "open.ws:1.é+{x}", []byte(`{"a":1}`))
+	require.NoError(t, err)
+	// Headers without the NATS/1.0 frame, in the client protocol's own
+	// words (the client library would frame them).
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.ClientURL(), "nats://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	hdr, body := "not a frame", "payload"
+	_, err = fmt.Fprintf(conn, "CONNECT {\"verbose\":false,\"headers\":true}\r\nHPUB open.raw %d %d\r\n%s%s\r\nPING\r\n", len(hdr), len(hdr)+len(body), hdr, body)
+	require.NoError(t, err)
+	st, err := js.Stream(ctx, "OPEN")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 2
+	}, 5*time.Second, 10*time.Millisecond, "the raw publish is stored")
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	store := filepath.Join(dir, natsrv.StoreDir)
+	_, err = natsrv.CheckBlocks(store, true, func(string) bool { return false })
+	assert.NoError(t, err)
+	_, err = natsrv.CheckBlocks(store, false, func(stream string) bool { return stream == "OPEN" })
+	assert.Error(t, err, "checked strictly, neither record is one Airlock writes")
 }

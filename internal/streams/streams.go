@@ -41,6 +41,18 @@ const (
 	MaxMsgBytes = 2 << 20
 )
 
+// WrittenByAirlock reports whether every message of the stream named is
+// one Airlock wrote: the op log, held requests, results and Airlock's
+// buckets, not the requests stream agents publish to. natsrv.CheckBlocks
+// checks these streams' records beyond their checksums.
+func WrittenByAirlock(stream string) bool {
+	switch stream {
+	case Ops, Held, Results, "KV_" + AuditBucket, "KV_" + ApproversBucket:
+		return true
+	}
+	return false
+}
+
 // DefaultExecutorGroup names the executors that share work by default.
 const DefaultExecutorGroup = "airlock-exec"
 

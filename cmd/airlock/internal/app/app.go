@@ -316,7 +316,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		// Before the server reads them: a record that fails its checksum
 		// is found now, not when (if ever) its block is loaded again.
 		start := time.Now()
-		blocks, err := natsrv.CheckBlocks(filepath.Join(cfg.DataDir, natsrv.StoreDir), true)
+		blocks, err := natsrv.CheckBlocks(filepath.Join(cfg.DataDir, natsrv.StoreDir), true, streams.WrittenByAirlock)
 		if err != nil {
 			return fmt.Errorf("app: %w: %v", audit.ErrUnreadable, err)
 		}

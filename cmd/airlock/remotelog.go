@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/audit"
@@ -16,12 +17,16 @@ func remoteLog(ctx context.Context, a *producers.Auditor) audit.Source {
 }
 
 type remoteSource struct {
-	a    *producers.Auditor
-	ctx  context.Context
+	a   *producers.Auditor
+	ctx context.Context
+	mu  sync.Mutex // verify's readers share the source
+	// size is the one the server reported first; -1 until then.
 	size int64
 }
 
 func (r *remoteSource) LogSize() (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.size >= 0 {
 		return r.size, nil
 	}
@@ -38,8 +43,20 @@ func (r *remoteSource) Leaves(from int64, fn func(int64, []byte) error) error {
 	if err != nil {
 		return err
 	}
+	return r.LeavesBetween(from, size, fn)
+}
+
+// LeavesBetween reads the leaves of from to to (excluded) in pages of at
+// most events.MaxAuditPage, none beyond to (audit.LeafRangeSource: each of
+// verify's readers asks for its own stripe).
+func (r *remoteSource) LeavesBetween(from, to int64, fn func(int64, []byte) error) error {
+	size, err := r.LogSize()
+	if err != nil {
+		return err
+	}
+	size = min(size, to)
 	for i := from; i < size; {
-		page, err := r.a.Leaves(r.ctx, i, events.MaxAuditPage)
+		page, err := r.a.Leaves(r.ctx, i, int(min(int64(events.MaxAuditPage), size-i)))
 		if err != nil {
 			return err
 		}

@@ -124,17 +124,19 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 }
 
 // maxResumed bounds the grants a gate remembers having resumed itself
-// until the resume consumer delivers them: the delivery may go to
-// another gate, so an entry may never be taken. When it is full, a
-// delivery resumes as if nothing were remembered: its compare-and-swap
-// loses, at the cost of its reads.
+// until the resume consumer delivers them. The delivery often comes
+// first (it then loses its compare-and-swap, at the cost of its reads) or
+// goes to another gate, so an entry may never be taken: the oldest is
+// forgotten to make room.
 const maxResumed = 4096
 
 // resumedSet is the grants this gate resumed at once, by op and granted
-// event sequence.
+// event sequence, forgetting the oldest beyond maxResumed.
 type resumedSet struct {
-	mu sync.Mutex
-	m  map[string]uint64
+	mu    sync.Mutex
+	m     map[string]uint64
+	order []string // ring of the ops added, oldest at next
+	next  int
 }
 
 func (r *resumedSet) add(op string, seq uint64) {
@@ -143,12 +145,20 @@ func (r *resumedSet) add(op string, seq uint64) {
 	if r.m == nil {
 		r.m = make(map[string]uint64)
 	}
-	if len(r.m) < maxResumed {
-		r.m[op] = seq
+	if _, ok := r.m[op]; !ok {
+		if len(r.order) < maxResumed {
+			r.order = append(r.order, op)
+		} else {
+			delete(r.m, r.order[r.next]) // may be taken already: a no-op
+			r.order[r.next] = op
+			r.next = (r.next + 1) % maxResumed
+		}
 	}
+	r.m[op] = seq
 }
 
 // take reports whether op's grant at seq was resumed here, forgetting it.
+// Its place in the ring stays until it comes round.
 func (r *resumedSet) take(op string, seq uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

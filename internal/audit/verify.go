@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"math/bits"
 	"runtime"
 	"slices"
 	"sync"
@@ -474,6 +475,17 @@ type HashCursorFromSource interface {
 	HashCursorFrom(index int64) (HashCursor, error)
 }
 
+// LeafRangeSource is a Source that reads the leaves of a range of
+// indexes, every key in it: a stripe's reader reads its own and no more
+// (a key that is not a leaf's, between two stripes, is found by the
+// stripe before it). Without it, a reader reads on to the first leaf
+// of the next stripe.
+type LeafRangeSource interface {
+	// LeavesBetween calls fn with each stored leaf of index from to to
+	// (excluded), in order.
+	LeavesBetween(from, to int64, fn func(index int64, leaf []byte) error) error
+}
+
 // stripeLevel is the level of a stripe's subtree: walkBatch is 1<<it.
 const stripeLevel = 10
 
@@ -612,7 +624,7 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		go func() {
 			defer wg.Done()
 			defer close(out[r])
-			rd := stripeReader{src: src, sizes: w.sizes, sum: &sums[r], subtrees: subtrees, from: fromSrc, hashes: hashes}
+			rd := stripeReader{src: src, size: w.size, sizes: w.sizes, sum: &sums[r], subtrees: subtrees, from: fromSrc, hashes: hashes}
 			for s := int64(r); s <= lastStripe; s += int64(readers) {
 				var batch []leafItem
 				select {
@@ -694,7 +706,7 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 		if !ok {
 			break // a reader stopped: the one before it failed
 		}
-		done, err := w.addWhole(st, lastSeq)
+		done, err := w.addWhole(st, lastSeq, hashes)
 		if errors.Is(err, errStop) {
 			return hashes, nil
 		} else if err != nil {
@@ -753,7 +765,7 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 // subtree (checking the stored hashes it completes above its level) and
 // its range. false: walk it leaf by leaf; errStop: a problem is
 // reported, the walk ends.
-func (w *walker) addWhole(st stripe, lastSeq map[string]uint64) (bool, error) {
+func (w *walker) addWhole(st stripe, lastSeq map[string]uint64, hashes bool) (bool, error) {
 	if !st.whole || w.app.Size() != w.leaves || w.leaves%walkBatch != 0 || w.leaves+walkBatch > w.size {
 		return false, nil
 	}
@@ -843,6 +855,9 @@ func (w *walker) addWhole(st stripe, lastSeq map[string]uint64) (bool, error) {
 	last := w.leaves + walkBatch - 1
 	next := tlog.StoredHashIndex(0, last) + stripeLevel + 1 // the first above the stripe
 	for k, h := range computed {
+		if !hashes {
+			break // none stored: nothing to check them against
+		}
 		if k >= len(st.tail) {
 			w.leaves = last
 			w.hashProblem(stripeLevel+1+k, last, next+int64(k), "is missing")
@@ -863,6 +878,7 @@ func (w *walker) addWhole(st stripe, lastSeq map[string]uint64) (bool, error) {
 // stripeReader reads stripes for one of walk's readers.
 type stripeReader struct {
 	src   Source
+	size  int64 // the log's
 	sizes []int64
 	sum   *opSum
 	// subtrees: the reader hashes each stripe's subtree; with hashes it
@@ -879,7 +895,8 @@ var leafPrefix = []byte{0}
 // read reads stripe s into batch, parsing and hashing each leaf and
 // adding the ones that name an op to the reader's sum. A leaf that does
 // not parse ends the stripe (nothing after it can be hashed); the last
-// stripe reads on to the source's end.
+// stripe reads on to the source's end, or to its first leaf beyond the
+// log's size.
 func (rd *stripeReader) read(s int64, last bool, batch []leafItem) stripe {
 	from, end := s*walkBatch, (s+1)*walkBatch
 	var lastStream []byte
@@ -887,11 +904,15 @@ func (rd *stripeReader) read(s int64, last bool, batch []leafItem) stripe {
 	if rd.digest == nil {
 		rd.digest = sha256.New()
 	}
-	err := rd.src.Leaves(from, func(i int64, leaf []byte) error {
+	fn := func(i int64, leaf []byte) error {
 		if i >= end && !last {
-			return errStop // a gap ran past the stripe: the hasher finds it
+			return errStop // the next stripe's, or a gap ran past the stripe: the hasher finds it
 		}
 		it := leafItem{i: i}
+		if i >= rd.size {
+			batch = append(batch, it) // the hasher reports it: nothing after it counts
+			return errStop
+		}
 		stream, op, seq, err := checkLeafOp(leaf)
 		if err != nil {
 			it.err = err
@@ -911,11 +932,14 @@ func (rd *stripeReader) read(s int64, last bool, batch []leafItem) stripe {
 			rd.sum.add(op, i)
 		}
 		batch = append(batch, it)
-		if i == end-1 && !last {
-			return errStop // the stripe is read; the next read is another's
-		}
 		return nil
-	})
+	}
+	var err error
+	if ranged, ok := rd.src.(LeafRangeSource); ok && !last {
+		err = ranged.LeavesBetween(from, end, fn)
+	} else {
+		err = rd.src.Leaves(from, fn)
+	}
 	if errors.Is(err, errStop) {
 		err = nil
 	}
@@ -1030,6 +1054,15 @@ func (rd *stripeReader) subtree(s int64, st *stripe) error {
 		}
 		expect++
 		st.tail = append(st.tail, tlog.Hash(sh))
+	}
+	// The key after the stripe's hashes: one that is not a stored hash's,
+	// between two stripes, is found here, as a walk in one pass finds it.
+	if cursor != nil && int64(len(st.tail)) == int64(bits.TrailingZeros64(^uint64(s))) {
+		if _, _, ok := cursor.Next(); !ok {
+			if err := cursor.Err(); err != nil {
+				return err
+			}
+		}
 	}
 	st.root, st.rng, st.whole = frontier[stripeLevel], rng, true
 	return nil

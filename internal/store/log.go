@@ -82,6 +82,13 @@ func (s *Store) Leaves(from int64, fn func(index int64, leaf []byte) error) erro
 	return s.scan(prefixLeaf, from, fn)
 }
 
+// LeavesBetween calls fn with each stored leaf of index from to to
+// (excluded), and fails on any key in that range that is not a leaf's
+// (audit.LeafRangeSource).
+func (s *Store) LeavesBetween(from, to int64, fn func(index int64, leaf []byte) error) error {
+	return s.scanTo(prefixLeaf, from, indexKey(prefixLeaf, to), fn)
+}
+
 // Checkpoints returns every stored checkpoint note, keyed by the size its
 // key names, in size order.
 func (s *Store) Checkpoints() (sizes []int64, notes [][]byte, err error) {
@@ -120,7 +127,11 @@ func (s *Store) LatestCheckpoint() ([]byte, error) {
 }
 
 func (s *Store) scan(prefix []byte, from int64, fn func(int64, []byte) error) error {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(prefix, from), UpperBound: prefixEnd(prefix)})
+	return s.scanTo(prefix, from, prefixEnd(prefix), fn)
+}
+
+func (s *Store) scanTo(prefix []byte, from int64, upper []byte, fn func(int64, []byte) error) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: indexKey(prefix, from), UpperBound: upper})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -402,6 +403,12 @@ func (s sequential) Checkpoints() ([]int64, [][]byte, error)    { return s.st.Ch
 func (s sequential) Applied() (uint64, error)                   { return s.st.Applied() }
 func (s sequential) OpIndex(fn func([]byte, int64) error) error { return s.st.OpIndex(fn) }
 
+// leavesOnly is a store as a Source with no stored hashes: verify
+// recomputes every one, as it does reading a server's answers.
+type leavesOnly struct{ sequential }
+
+func (leavesOnly) HashCursor() (audit.HashCursor, error) { return nil, audit.ErrNoStoredHashes }
+
 // A log of several stripes, checkpoints within them, tampered with in
 // whole stripes, at their edges and above their level: verify, reading in
 // stripes, reports exactly what it reports walking leaf by leaf.
@@ -460,6 +467,12 @@ func TestStripedVerifyReportsAsLeafByLeaf(t *testing.T) {
 		{"append a stored hash beyond the size", func(db *pebble.DB) {
 			set(db, key("t/h/", tlog.StoredHashCount(n)), make([]byte, 32))
 		}, audit.HashMismatch},
+		{"a key that is not a leaf's between two stripes", func(db *pebble.DB) {
+			set(db, append(key("t/l/", 1023), 0), []byte("junk"))
+		}, audit.LeafMismatch},
+		{"a key that is not a stored hash's between two stripes", func(db *pebble.DB) {
+			set(db, append(key("t/h/", tlog.StoredHashIndex(0, 2048)-1), 0), make([]byte, 32))
+		}, audit.LeafMismatch},
 		{"a stored hash of the wrong length above the stripes", func(db *pebble.DB) {
 			set(db, key("t/h/", tlog.StoredHashIndex(11, 0)), make([]byte, 31))
 		}, audit.HashMismatch},
@@ -477,6 +490,14 @@ func TestStripedVerifyReportsAsLeafByLeaf(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, c.status, striped.Status, "%+v", striped.Problems)
 			assert.Equal(t, rep, striped)
+			// A source with no stored hashes (as a server's answers are)
+			// finds the leaves sound when only stored hashes were
+			// touched, and not when a leaf was (by the leaf itself or by
+			// the checkpoints' roots).
+			hashless, err := audit.Verify(leavesOnly{sequential{st}}, audit.Options{Verifier: k.Verifier})
+			require.NoError(t, err)
+			hashesOnly := c.status == audit.StatusOK || strings.Contains(c.name, "hash")
+			assert.Equal(t, hashesOnly, hashless.OK(), "%+v", hashless.Problems)
 		})
 	}
 }

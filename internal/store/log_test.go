@@ -44,6 +44,18 @@ func buildLog(t testing.TB, st *store.Store, k *audit.Key, n, batch int) {
 	}
 }
 
+// newLog is a store, closed when the test ends, holding a log of n
+// leaves appended in batches of batch, and the log's key.
+func newLog(t *testing.T, n, batch int) (*store.Store, *audit.Key) {
+	t.Helper()
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	k := newKey(t)
+	buildLog(t, st, k, n, batch)
+	return st, k
+}
+
 func newKey(t testing.TB) *audit.Key {
 	k, created, err := audit.LoadOrCreateKey(t.TempDir())
 	require.NoError(t, err)
@@ -263,11 +275,7 @@ func TestTamperMatrix(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st, err := store.Open(t.TempDir())
-			require.NoError(t, err)
-			defer st.Close()
-			k := newKey(t)
-			buildLog(t, st, k, n, 8)
+			st, k := newLog(t, n, 8)
 			require.True(t, verify(t, st, k).OK())
 			c.tamper(store.DB(st))
 			rep := verify(t, st, k)
@@ -479,11 +487,7 @@ func TestStripedVerifyReportsAsLeafByLeaf(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			st, err := store.Open(t.TempDir())
-			require.NoError(t, err)
-			defer st.Close()
-			k := newKey(t)
-			buildLog(t, st, k, n, 777) // checkpoints within stripes
+			st, k := newLog(t, n, 777) // checkpoints within stripes
 			c.tamper(store.DB(st))
 			striped := verify(t, st, k)
 			rep, err := audit.Verify(sequential{st}, audit.Options{Verifier: k.Verifier})

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/transparency-dev/merkle/compact"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -124,7 +125,6 @@ func (rd *stripeReader) subtree(s int64, st *stripe) error {
 		st.hashes++
 		return true, nil
 	}
-	rng := rangeFactory.NewEmptyRange(uint64(start))
 	var frontier [stripeLevel + 1]tlog.Hash
 	lo, _ := slices.BinarySearch(rd.sizes, start+1)
 	for k, it := range st.items {
@@ -141,9 +141,6 @@ func (rd *stripeReader) subtree(s int64, st *stripe) error {
 			}
 		}
 		frontier[level] = h
-		if err := rng.Append(it.rh[:], nil); err != nil {
-			return err
-		}
 		// A wanted size within the stripe: its own subtrees folded, right
 		// to left, and its range so far.
 		n := start + int64(k) + 1
@@ -162,7 +159,7 @@ func (rd *stripeReader) subtree(s int64, st *stripe) error {
 					fold = tlog.NodeHash(frontier[level], fold)
 				}
 			}
-			snap, err := rangeFactory.NewRange(uint64(start), uint64(n), slices.Clone(rng.Hashes()))
+			snap, err := frontierRange(start, m, &frontier)
 			if err != nil {
 				return err
 			}
@@ -200,6 +197,25 @@ func (rd *stripeReader) subtree(s int64, st *stripe) error {
 			}
 		}
 	}
+	rng, err := frontierRange(start, walkBatch, &frontier)
+	if err != nil {
+		return err
+	}
 	st.root, st.rng, st.whole = frontier[stripeLevel], rng, true
 	return nil
+}
+
+// frontierRange is merkle's compact range of the stripe's first m
+// leaves, made of the subtrees tlog's walk completed: one per bit of m,
+// the largest (leftmost) first. Within a stripe the nodes are hashed
+// once; merkle's range algorithm still joins the stripes and takes
+// every root (ADR 0011).
+func frontierRange(start int64, m int, frontier *[stripeLevel + 1]tlog.Hash) (*compact.Range, error) {
+	hashes := make([][]byte, 0, bits.OnesCount(uint(m)))
+	for level := stripeLevel; level >= 0; level-- {
+		if m>>level&1 == 1 {
+			hashes = append(hashes, slices.Clone(frontier[level][:]))
+		}
+	}
+	return rangeFactory.NewRange(uint64(start), uint64(start)+uint64(m), hashes)
 }

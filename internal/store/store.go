@@ -76,6 +76,7 @@ func open(dir string, readOnly bool) (*Store, error) {
 	// bloom filters answer those without reading blocks.
 	for i := range opts.Levels {
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+		opts.Levels[i].BlockSize = 32 << 10
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {

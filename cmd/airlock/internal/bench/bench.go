@@ -185,6 +185,8 @@ type Result struct {
 	AuditLeaves     int     `json:"audit_leaves"`
 	AuditAppendNS   float64 `json:"audit_append_ns"`
 	AuditVerifyPerS float64 `json:"audit_verify_per_s"`
+	// Targets are the run's figures against the performance targets.
+	Targets []Target `json:"targets"`
 }
 
 // Run measures the pipeline, then raw async publish of as many messages as
@@ -256,6 +258,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return res, fmt.Errorf("audit: %w", err)
 		}
 	}
+	res.Targets = Targets(res)
 	return res, nil
 }
 

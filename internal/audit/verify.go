@@ -401,3 +401,56 @@ type LeafRangeSource interface {
 	// (excluded), in order.
 	LeavesBetween(from, to int64, fn func(index int64, leaf []byte) error) error
 }
+
+// CheckTrusted checks trusted checkpoints against a log Verify already
+// walked, as Verify checks its Options.Trusted, adding to rep what it
+// finds: a start walks the log while its trusted checkpoints (JetStream's)
+// are still being fetched. A checkpoint beyond the log's size is a
+// rollback; one within it is compared with the root at its size, read
+// from the stored hashes the walk checked: only when rep is OK (on a log
+// that failed, the walk's own problems stand, and a fork below them is
+// not looked for: `airlock audit verify` reports both).
+func CheckTrusted(hashes tlog.HashReader, rep *Report, o Options, trusted []Trusted) error {
+	if o.MaxProblems <= 0 {
+		o.MaxProblems = 100
+	}
+	sound := rep.OK()
+	type opened struct {
+		name string
+		c    *Checkpoint
+	}
+	var cs []opened
+	for _, t := range trusted {
+		rep.Trusted = append(rep.Trusted, t.Name)
+		c, err := OpenCheckpoint(t.Note, o.Verifier)
+		if err != nil {
+			rep.Anchors = append(rep.Anchors, t.Name+" (does not verify)")
+			rep.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
+			continue
+		}
+		rep.Anchors = append(rep.Anchors, fmt.Sprintf("%s (at %d)", t.Name, c.Size))
+		cs = append(cs, opened{t.Name, c})
+	}
+	// In size order, as Verify reports them.
+	slices.SortStableFunc(cs, func(a, b opened) int { return cmp.Compare(a.c.Size, b.c.Size) })
+	for _, t := range cs {
+		c := t.c
+		switch {
+		case c.Size > rep.Size:
+			rep.add(o.MaxProblems, Rollback, c.Size, "%s checkpoint covers %d leaves; the log holds %d", t.name, c.Size, rep.Size)
+		case !sound:
+		default:
+			root, err := tlog.TreeHash(c.Size, hashes)
+			if c.Size == 0 {
+				root = EmptyRoot
+			}
+			if err != nil {
+				return fmt.Errorf("audit: the root at %d: %w", c.Size, err)
+			}
+			if root != c.Root {
+				rep.add(o.MaxProblems, Fork, c.Size, "%s checkpoint root %s; the log's root at that size is %s", t.name, c.Root, root)
+			}
+		}
+	}
+	return nil
+}

@@ -239,6 +239,8 @@ type App struct {
 	uiOrigin    string
 	done        chan struct{}
 	err         error
+	// walk is the audit log's walk, begun as the store opens.
+	walk *logWalk
 }
 
 // MetricsAddr is where /metrics is served; empty when it is not.
@@ -294,6 +296,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err := firstAuditKey(cfg.DataDir, cfg.Logger); err != nil {
 		return err
 	}
+	if a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir)); err != nil {
+		return err
+	}
 	opts := append([]nats.Option{nats.Name("airlock"), nats.MaxReconnects(-1), nats.ErrorHandler(asyncErrors(cfg.Logger))}, cfg.NATSOptions...)
 	var authFile string
 	if cfg.Auth {
@@ -323,6 +328,12 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		if blocks > 0 {
 			cfg.Logger.Info("stream blocks checked", "blocks", blocks, "took", time.Since(start).Round(time.Millisecond))
 		}
+		// The audit log is walked while the server recovers its streams
+		// (one core's work, most of it); the checkpoints JetStream keeps
+		// are checked against the walked log once they are read
+		// (checkAuditLog). Beside the blocks' check (both cores) it would
+		// only slow it.
+		a.walk = walkAuditLog(cfg.DataDir, a.Store)
 		a.Server, err = natsrv.Start(natsrv.Config{
 			DataDir: cfg.DataDir, Listen: cfg.Listen, Monitor: cfg.Monitor,
 			SyncAlways: cfg.SyncAlways, Logger: cfg.Logger, AuthFile: authFile,
@@ -331,6 +342,8 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 			return err
 		}
 		opts = append(opts, nats.InProcessServer(a.Server))
+	} else {
+		a.walk = walkAuditLog(cfg.DataDir, a.Store)
 	}
 	a.Conn, err = nats.Connect(cfg.NATSURL, opts...)
 	if err != nil {
@@ -363,10 +376,6 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		return fmt.Errorf("app: %w", err)
 	}
 	if a.Approvers, err = approvers.Open(sctx, a.JetStream, cfg.Clock); err != nil {
-		return err
-	}
-	a.Store, err = store.Open(filepath.Join(cfg.DataDir, StoreDir))
-	if err != nil {
 		return err
 	}
 	checkpoints, err := a.checkAuditLog(sctx, cfg)
@@ -632,6 +641,7 @@ func (a *App) close() {
 		a.Conn = nil
 	}
 	if a.Store != nil {
+		a.walk.wait() // a start that failed early: the walk reads the store
 		_ = a.Store.Close()
 		a.Store = nil
 	}

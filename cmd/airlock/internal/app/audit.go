@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -90,15 +91,31 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	}
 	trusted = append(trusted, file...)
 	start := time.Now()
-	rep, err := audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted})
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
+	var (
+		rep  *audit.Report
+		took time.Duration
+	)
+	if w := a.walk.result(key); w != nil {
+		// Walked as the store opened: what is left is JetStream's
+		// checkpoints and the file's.
+		if w.err != nil {
+			return nil, fmt.Errorf("audit log: %w", w.err)
+		}
+		rep, took = w.rep, w.took
+		if err := audit.CheckTrusted(a.Store, rep, audit.Options{Verifier: key.Verifier}, trusted); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+	} else {
+		if rep, err = audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted}); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		took = time.Since(start)
 	}
 	a.AuditReport = rep
-	took := time.Since(start)
 	if rep.OK() {
 		cfg.Logger.Info("audit log verified", "size", rep.Size, "root", rep.Root,
-			"checkpoint", rep.CheckpointSize, "anchors", rep.Anchors, "took", took.Round(time.Millisecond))
+			"checkpoint", rep.CheckpointSize, "anchors", rep.Anchors, "took", took.Round(time.Millisecond),
+			"waited", time.Since(start).Round(time.Millisecond))
 		return checkpoints, nil
 	}
 	if !cfg.AuditOverride {
@@ -111,4 +128,54 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	// The checkpoint in JetStream is not one this log extends: leave it
 	// for whoever investigates instead of replacing it.
 	return nil, nil
+}
+
+// logWalk is the audit log's walk begun as the store opens, before the
+// server starts: on a million events it takes about a second, which the
+// stream blocks' check and the server's recovery of its streams then
+// hide.
+type logWalk struct {
+	key  *audit.Key
+	done chan struct{}
+	rep  *audit.Report
+	err  error
+	took time.Duration
+}
+
+// walkAuditLog walks the log of a data dir that has its audit key (a
+// first start's log is empty; a missing or unreadable key is reported by
+// checkAuditLog), against the log's own checkpoints.
+func walkAuditLog(dir string, st *store.Store) *logWalk {
+	key, err := audit.LoadKey(dir)
+	if err != nil {
+		return nil
+	}
+	w := &logWalk{key: key, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		start := time.Now()
+		w.rep, w.err = audit.Verify(st, audit.Options{Verifier: key.Verifier})
+		w.took = time.Since(start)
+	}()
+	return w
+}
+
+// wait waits for the walk to end; nil waits for nothing.
+func (w *logWalk) wait() {
+	if w != nil {
+		<-w.done
+	}
+}
+
+// result waits for the walk and returns it when it was made with key;
+// nil when there was none (or another key is in force).
+func (w *logWalk) result(key *audit.Key) *logWalk {
+	if w == nil {
+		return nil
+	}
+	w.wait()
+	if w.key.Public != key.Public {
+		return nil
+	}
+	return w
 }

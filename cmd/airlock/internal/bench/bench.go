@@ -109,11 +109,19 @@ type Result struct {
 	// Paced ops were submitted at PacedRate ops/s (achieving
 	// PacedOpsPerS), each measured from its scheduled time to its
 	// outcome; then as many LowConcurrency at a time.
-	Paced          int     `json:"paced"`
-	PacedRate      float64 `json:"paced_rate"`
-	PacedOpsPerS   float64 `json:"paced_ops_per_s"`
-	PacedP50MS     float64 `json:"paced_p50_ms"`
-	PacedP99MS     float64 `json:"paced_p99_ms"`
+	Paced        int     `json:"paced"`
+	PacedRate    float64 `json:"paced_rate"`
+	PacedOpsPerS float64 `json:"paced_ops_per_s"`
+	PacedP50MS   float64 `json:"paced_p50_ms"`
+	PacedP99MS   float64 `json:"paced_p99_ms"`
+	// RawPacedP50MS and RawPacedP99MS are raw JetStream's at the paced
+	// phase's load, on the raw phase's server: chains of MsgsPerOp
+	// publishes, each waiting for the one before it (as an op's records
+	// do), started at PacedRate chains/s and timed from each chain's
+	// scheduled time to its last acknowledgement. The least an op's
+	// latency could be at that load.
+	RawPacedP50MS  float64 `json:"raw_paced_p50_ms"`
+	RawPacedP99MS  float64 `json:"raw_paced_p99_ms"`
 	LowConcurrency int     `json:"low_concurrency"`
 	LowOpsPerS     float64 `json:"low_ops_per_s"`
 	LowP50MS       float64 `json:"low_p50_ms"`
@@ -236,7 +244,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.MsgsPerOp = float64(msgs) / float64(cfg.Ops)
 	res.RawMsgs = int(msgs)
 	res.RawMsgBytes = int(bytes / max(msgs, 1))
-	if res.RawMsgsPerS, err = raw(ctx, cfg, res.RawMsgs, res.RawMsgBytes); err != nil {
+	if res.RawMsgsPerS, err = raw(ctx, cfg, &res); err != nil {
 		return res, fmt.Errorf("raw: %w", err)
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
@@ -569,7 +577,8 @@ func subjects(ctx context.Context, js jetstream.JetStream, stream string) (uint6
 
 // raw publishes n messages of size bytes asynchronously to a stream with
 // the events stream's storage settings on a fresh embedded server.
-func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
+func raw(ctx context.Context, cfg Config, res *Result) (float64, error) {
+	n, size := res.RawMsgs, res.RawMsgBytes
 	s, err := natsrv.Start(natsrv.Config{DataDir: filepath.Join(cfg.Dir, "raw"), SyncAlways: cfg.SyncAlways})
 	if err != nil {
 		return 0, err
@@ -614,6 +623,14 @@ func raw(ctx context.Context, cfg Config, n, size int) (float64, error) {
 	m.end()
 	if f := failed.Load(); f > 0 {
 		return 0, fmt.Errorf("%d of %d raw publishes failed", f, n)
+	}
+	if res.Paced > 0 {
+		chain := max(1, int(res.MsgsPerOp+0.5))
+		lat, err := rawPaced(ctx, js, res.PacedRate, res.Paced, chain, payload, cfg.track(PhaseRawPaced, res.Paced))
+		if err != nil {
+			return 0, err
+		}
+		res.RawPacedP50MS, res.RawPacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
 	}
 	return float64(n) / elapsed.Seconds(), nil
 }

@@ -21,7 +21,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
 		{bench.PhasePipeline, 300, 300}, {bench.PhasePaced, 60, 60}, {bench.PhaseLow, 60, 60}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
-		{bench.PhaseRaw, 1500, 1500}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhaseRaw, 1500, 1500}, {bench.PhaseRawPaced, 60, 60}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
 	assert.Equal(t, 300, res.Ops)
@@ -59,6 +59,8 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.LessOrEqual(t, res.PacedOpsPerS, res.PacedRate*1.5, "the paced phase keeps its rate")
 	assert.Greater(t, res.PacedP50MS, 0.0)
 	assert.LessOrEqual(t, res.PacedP50MS, res.PacedP99MS)
+	assert.Greater(t, res.RawPacedP50MS, 0.0)
+	assert.LessOrEqual(t, res.RawPacedP50MS, res.RawPacedP99MS)
 	assert.Equal(t, 16, res.LowConcurrency)
 	assert.Greater(t, res.LowOpsPerS, 0.0)
 	assert.LessOrEqual(t, res.LowP50MS, res.LowP99MS)

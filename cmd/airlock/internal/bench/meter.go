@@ -17,6 +17,7 @@ const (
 	PhaseExec              = "exec"
 	PhaseForkExec          = "fork/exec"
 	PhaseRaw               = "raw publish"
+	PhaseRawPaced          = "raw, paced"
 	PhasePipelineNoLog     = "pipeline, no log"
 	PhasePipelineNoResults = "no results kept"
 	PhaseFetch             = "result fetch"

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/producers"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxPacedInFlight bounds the submits a paced phase has in flight: a
@@ -91,3 +93,44 @@ func latencyPhases(ctx context.Context, cfg Config, c *producers.Client, res *Re
 // lowConcurrency is the in-flight count of the closed-loop latency
 // phase.
 const lowConcurrency = 16
+
+// rawPaced starts n chains of chain publishes at rate chains/s, each
+// publish waiting for the one before it, and returns each chain's time
+// from its scheduled start to its last acknowledgement, sorted.
+func rawPaced(ctx context.Context, js jetstream.JetStream, rate float64, n, chain int, payload []byte, m *meter) ([]time.Duration, error) {
+	defer m.end()
+	interval := time.Duration(float64(time.Second) / rate)
+	lat := make([]time.Duration, n)
+	sem := make(chan struct{}, maxPacedInFlight)
+	var wg sync.WaitGroup
+	var firstErr atomic.Pointer[error]
+	start := time.Now()
+	for i := range n {
+		due := start.Add(time.Duration(i) * interval)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for k := range chain {
+				if _, err := js.Publish(ctx, fmt.Sprintf("bench.raw.paced.%d.%d", i, k), payload); err != nil {
+					firstErr.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+			lat[i] = time.Since(due)
+			m.add(1)
+		})
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		return nil, *e
+	}
+	slices.Sort(lat)
+	return lat, nil
+}

@@ -257,17 +257,9 @@ func Verify(src Source, o Options) (*Report, error) {
 	} else {
 		r.Anchors = append(r.Anchors, "the log's own checkpoints (none)")
 	}
-	for _, t := range o.Trusted {
-		r.Trusted = append(r.Trusted, t.Name)
-		c, err := OpenCheckpoint(t.Note, o.Verifier)
-		if err != nil {
-			r.Anchors = append(r.Anchors, t.Name+" (does not verify)")
-			r.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
-			continue
-		}
-		r.Anchors = append(r.Anchors, fmt.Sprintf("%s (at %d)", t.Name, c.Size))
-		wants = append(wants, want{size: c.Size, root: c.Root, trusted: t.Name})
-	}
+	r.openTrusted(o, o.Trusted, func(name string, c *Checkpoint) {
+		wants = append(wants, want{size: c.Size, root: c.Root, trusted: name})
+	})
 	slices.SortStableFunc(wants, func(a, b want) int { return cmp.Compare(a.size, b.size) })
 
 	w := &walker{size: size, report: r, max: o.MaxProblems, app: NewAppender(0, nil), roots: map[int64]tlog.Hash{0: EmptyRoot}, readers: o.Readers}
@@ -402,6 +394,23 @@ type LeafRangeSource interface {
 	LeavesBetween(from, to int64, fn func(index int64, leaf []byte) error) error
 }
 
+// openTrusted opens each trusted checkpoint, naming it among the report's
+// trusted and anchors, reporting one that does not verify, and calls fn
+// with each that does.
+func (r *Report) openTrusted(o Options, trusted []Trusted, fn func(name string, c *Checkpoint)) {
+	for _, t := range trusted {
+		r.Trusted = append(r.Trusted, t.Name)
+		c, err := OpenCheckpoint(t.Note, o.Verifier)
+		if err != nil {
+			r.Anchors = append(r.Anchors, t.Name+" (does not verify)")
+			r.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
+			continue
+		}
+		r.Anchors = append(r.Anchors, fmt.Sprintf("%s (at %d)", t.Name, c.Size))
+		fn(t.Name, c)
+	}
+}
+
 // CheckTrusted checks trusted checkpoints against a log Verify already
 // walked, as Verify checks its Options.Trusted, adding to rep what it
 // finds: a start walks the log while its trusted checkpoints (JetStream's)
@@ -420,17 +429,7 @@ func CheckTrusted(hashes tlog.HashReader, rep *Report, o Options, trusted []Trus
 		c    *Checkpoint
 	}
 	var cs []opened
-	for _, t := range trusted {
-		rep.Trusted = append(rep.Trusted, t.Name)
-		c, err := OpenCheckpoint(t.Note, o.Verifier)
-		if err != nil {
-			rep.Anchors = append(rep.Anchors, t.Name+" (does not verify)")
-			rep.add(o.MaxProblems, BadSignature, 0, "%s checkpoint: %v", t.Name, err)
-			continue
-		}
-		rep.Anchors = append(rep.Anchors, fmt.Sprintf("%s (at %d)", t.Name, c.Size))
-		cs = append(cs, opened{t.Name, c})
-	}
+	rep.openTrusted(o, trusted, func(name string, c *Checkpoint) { cs = append(cs, opened{name, c}) })
 	// In size order, as Verify reports them.
 	slices.SortStableFunc(cs, func(a, b opened) int { return cmp.Compare(a.c.Size, b.c.Size) })
 	for _, t := range cs {

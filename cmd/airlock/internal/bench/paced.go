@@ -24,6 +24,20 @@ const maxPacedInFlight = 4096
 // to its outcome (so that a stall delays the ops scheduled during it,
 // and counts), and the rate achieved.
 func paced(ctx context.Context, c *producers.Client, rate float64, n int, prefix string, m *meter) ([]time.Duration, float64, error) {
+	return openLoop(ctx, rate, n, m, func(i int) error {
+		out, err := c.Submit(ctx, benchRequest(prefix, i))
+		if err == nil && out.State != events.StateCompleted {
+			err = &events.Error{Code: out.Code, Message: "op " + out.OpID + " is " + string(out.State)}
+		}
+		return err
+	})
+}
+
+// openLoop calls fn(i) for i in [0, n) at rate calls/s, each at its
+// scheduled time in a goroutine of its own (at most maxPacedInFlight at
+// once), and returns each call's time from its scheduled start to its
+// end, sorted, and the rate achieved; the first error fails it.
+func openLoop(ctx context.Context, rate float64, n int, m *meter, fn func(i int) error) ([]time.Duration, float64, error) {
 	defer m.end()
 	interval := time.Duration(float64(time.Second) / rate)
 	lat := make([]time.Duration, n)
@@ -37,17 +51,15 @@ func paced(ctx context.Context, c *producers.Client, rate float64, n int, prefix
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
+				wg.Wait()
 				return nil, 0, ctx.Err()
 			}
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out, err := c.Submit(ctx, benchRequest(prefix, i))
+			err := fn(i)
 			lat[i] = time.Since(due)
-			if err == nil && out.State != events.StateCompleted {
-				err = &events.Error{Code: out.Code, Message: "op " + out.OpID + " is " + string(out.State)}
-			}
 			if err != nil {
 				firstErr.CompareAndSwap(nil, &err)
 				return
@@ -98,39 +110,13 @@ const lowConcurrency = 16
 // publish waiting for the one before it, and returns each chain's time
 // from its scheduled start to its last acknowledgement, sorted.
 func rawPaced(ctx context.Context, js jetstream.JetStream, rate float64, n, chain int, payload []byte, m *meter) ([]time.Duration, error) {
-	defer m.end()
-	interval := time.Duration(float64(time.Second) / rate)
-	lat := make([]time.Duration, n)
-	sem := make(chan struct{}, maxPacedInFlight)
-	var wg sync.WaitGroup
-	var firstErr atomic.Pointer[error]
-	start := time.Now()
-	for i := range n {
-		due := start.Add(time.Duration(i) * interval)
-		if d := time.Until(due); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return nil, ctx.Err()
+	lat, _, err := openLoop(ctx, rate, n, m, func(i int) error {
+		for k := range chain {
+			if _, err := js.Publish(ctx, fmt.Sprintf("bench.raw.paced.%d.%d", i, k), payload); err != nil {
+				return err
 			}
 		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for k := range chain {
-				if _, err := js.Publish(ctx, fmt.Sprintf("bench.raw.paced.%d.%d", i, k), payload); err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-			lat[i] = time.Since(due)
-			m.add(1)
-		})
-	}
-	wg.Wait()
-	if e := firstErr.Load(); e != nil {
-		return nil, *e
-	}
-	slices.Sort(lat)
-	return lat, nil
+		return nil
+	})
+	return lat, err
 }

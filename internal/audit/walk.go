@@ -220,6 +220,9 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 	readers = int(min(int64(readers), lastStripe+1))
 	out := make([]chan stripe, readers)
 	sums := make([]opSum, readers)
+	for r := range sums {
+		sums[r].seed = w.ops.seed
+	}
 	free := make(chan []leafItem, readers*(walkAhead+1))
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
@@ -342,9 +345,7 @@ func (w *walker) walk(src Source, at func(n int64)) (hashes bool, err error) {
 	// Every reader is done: what they summed is ours to read.
 	stopReaders()
 	for _, sum := range sums {
-		w.ops.a += sum.a
-		w.ops.b += sum.b
-		w.ops.count += sum.count
+		w.ops.merge(sum)
 	}
 	if w.leaves < w.size {
 		w.report.add(w.max, LeafMismatch, w.leaves, "leaf %d is missing: the log's size is %d", w.leaves, w.size)

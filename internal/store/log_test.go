@@ -269,6 +269,11 @@ func TestTamperMatrix(t *testing.T) {
 			del(db, key("t/o/"+opID(9)+"/", 9))
 			set(db, key("t/o/"+opID(9)+"/", 10), nil)
 		}, audit.IndexMismatch, n},
+		{"move an index entry to another op", func(db *pebble.DB) {
+			del(db, key("t/o/"+opID(9)+"/", 9))
+			set(db, key("t/o/"+opID(10)+"/", 9), nil)
+		}, audit.IndexMismatch, n},
+		{"add an index entry", func(db *pebble.DB) { set(db, key("t/o/"+opID(9)+"/", 10), nil) }, audit.IndexMismatch, n},
 		{"replace a checkpoint with one stored under another size", func(db *pebble.DB) {
 			set(db, key("t/c/", 20), get(db, key("t/c/", 16)))
 		}, audit.BadSignature, 20},

@@ -2,6 +2,7 @@ package producers
 
 import (
 	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 )
@@ -25,12 +26,16 @@ type waiter struct {
 	unresulted *Outcome
 	// throughHolds keeps waiting when the op is held (WithWaitThroughHolds).
 	throughHolds bool
+	// since is when the wait began: a reply the runner sent before it
+	// went to whoever waited then.
+	since time.Time
 }
 
 func newWaiter(opID string, throughHolds bool) *waiter {
 	return &waiter{
 		opID: opID, done: make(chan struct{}), poked: make(chan struct{}, 1),
 		completed: make(chan struct{}, 1), outcome: Outcome{OpID: opID}, throughHolds: throughHolds,
+		since: time.Now(),
 	}
 }
 

@@ -684,3 +684,30 @@ func TestResumedOpAnswersTheSubmitter(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, out.State)
 	assert.Less(t, time.Since(start), 10*time.Second, "answered, not polled (the poll interval is a minute)")
 }
+
+// A retry of a granted op that already ran is answered from the op's
+// stored outcome and its kept result at once: the runner's reply went to
+// the first submit's wait, and no other is coming to wait for.
+func TestRetryOfARunGrantIsAnsweredAtOnce(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"b.txt"}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
+	require.NoError(t, err)
+	done := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, done.State)
+
+	start := time.Now()
+	out, err := c.Submit(ctxT(t), req)
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, out.State)
+	assert.Equal(t, done.ResultDigest, out.ResultDigest)
+	// The kept result was fetched: it is sealed to the agent's key, which
+	// this client was not given.
+	assert.Equal(t, events.CodeNoCredential, out.ResultCode, "%+v", out)
+	assert.Less(t, took, producers.ResultGrace/2, "the retry waited for a reply that was not coming")
+	assert.Equal(t, 1, executions(t, counter, held.OpID))
+}

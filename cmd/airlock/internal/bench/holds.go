@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
@@ -17,11 +15,6 @@ import (
 
 // holdWorkspace is the confirm workspace of the hold phase.
 const holdWorkspace = "bench-holds"
-
-var (
-	zzMu      sync.Mutex
-	zzResolve []time.Duration
-)
 
 // holds submits cfg.Holds ops that the policy holds, grants each, and
 // measures from the grant to the completed outcome.
@@ -44,9 +37,6 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 		return err
 	}
 	slices.Sort(lat)
-	slices.Sort(zzResolve)
-	fmt.Fprintf(os.Stderr, "ZZ resolve p50 %v p90 %v p99 %v max %v\n", zzResolve[len(zzResolve)/2], zzResolve[len(zzResolve)*9/10], zzResolve[len(zzResolve)*99/100], zzResolve[len(zzResolve)-1])
-	fmt.Fprintf(os.Stderr, "ZZ total   p50 %v p90 %v p99 %v max %v\n", lat[len(lat)/2], lat[len(lat)*9/10], lat[len(lat)*99/100], lat[len(lat)-1])
 	res.Holds = cfg.Holds
 	res.HoldP50MS = ms(lat[len(lat)/2])
 	res.HoldP99MS = ms(lat[len(lat)*99/100])
@@ -72,9 +62,6 @@ func holdOnce(ctx context.Context, c *producers.Client, ap *producers.Approver, 
 	if _, err := ap.Resolve(ctx, holdWorkspace, res); err != nil {
 		return 0, err
 	}
-	zzMu.Lock()
-	zzResolve = append(zzResolve, time.Since(t0))
-	zzMu.Unlock()
 	done, err := c.Submit(ctx, req)
 	if err != nil {
 		return 0, err

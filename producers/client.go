@@ -377,10 +377,16 @@ func retryable(err error) bool {
 // ResultGrace is how long Submit waits for the runner's reply, which
 // carries the result, once it knows from elsewhere (its own read of the
 // op, a reply without the result) that the op completed; after it, Submit
-// fetches the result Airlock kept (Result). An op that completed before
-// the Submit began (a retry, after a grant, of an op that ran) is not
-// waited for: its reply went to the wait of that moment.
+// fetches the result Airlock kept (Result). An op that completed more
+// than 100 ms before the Submit began (a retry, after a grant, of an op
+// that ran) is not waited for: its reply went to the wait of that moment.
 const ResultGrace = 500 * time.Millisecond
+
+// replyMargin is how long before a wait began an op must have completed
+// for the wait to expect no reply from its runner: the reply is sent as
+// the outcome is stored, within milliseconds; the margin also covers a
+// server clock that far behind the client's.
+const replyMargin = 100 * time.Millisecond
 
 // await waits for a terminal event, a reply, or the end of the wait.
 func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (Outcome, error) {
@@ -434,14 +440,14 @@ func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
 	}
 	if last.Type != events.TypeScrubbed {
 		w.event(last.Type, last.Data)
-		// Completed before this wait began: the runner's reply, sent as
-		// it stored the outcome, went to the wait of that moment (a
+		// Completed well before this wait began: the runner's reply, sent
+		// as it stored the outcome, went to the wait of that moment (a
 		// retry within the duplicates window is not delivered to the
 		// gate, which would answer it). None is coming here: fetch the
-		// kept result now rather than after ResultGrace. A server clock
-		// behind this one only costs the grace, as before; one ahead, a
-		// fetch the reply would have spared.
-		if last.Time.Before(w.since) {
+		// kept result now rather than after ResultGrace. replyMargin
+		// leaves a reply in flight, and a server clock up to that much
+		// behind this one, their grace.
+		if last.Time.Before(w.since.Add(-replyMargin)) {
 			w.settleUnresulted()
 		}
 		return

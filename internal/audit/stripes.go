@@ -89,7 +89,8 @@ func (rd *stripeReader) read(s int64, last bool, batch []leafItem) stripe {
 	return st
 }
 
-// subtree hashes a stripe's subtree with both implementations, checks
+// subtree hashes a stripe's subtree with tlog's node hash (its compact
+// ranges are made of the subtrees that completes: frontierRange), checks
 // the stored hashes within it and reads the ones its last leaf makes
 // above it. The stripe is whole when every leaf is in its place, parsed,
 // and every stored hash is present and equal.

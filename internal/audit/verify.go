@@ -433,8 +433,10 @@ func (r *Report) openTrusted(o Options, trusted []Trusted, fn func(name string, 
 // rollback; one within it is compared with the root at its size, read
 // from the stored hashes the walk checked: only when rep is OK (on a log
 // that failed, the walk's own problems stand, and a fork below them is
-// not looked for: `airlock audit verify` reports both).
-func CheckTrusted(hashes tlog.HashReader, rep *Report, o Options, trusted []Trusted) error {
+// not looked for: `airlock audit verify` reports both, and the order of
+// problems, so the status, may differ from its). A stored hash that can
+// no longer be read is reported CORRUPT.
+func CheckTrusted(hashes tlog.HashReader, rep *Report, o Options, trusted []Trusted) {
 	if o.MaxProblems <= 0 {
 		o.MaxProblems = 100
 	}
@@ -456,15 +458,17 @@ func CheckTrusted(hashes tlog.HashReader, rep *Report, o Options, trusted []Trus
 		default:
 			root, err := tlog.TreeHash(c.Size, hashes)
 			if c.Size == 0 {
-				root = EmptyRoot
+				root, err = EmptyRoot, nil
 			}
 			if err != nil {
-				return fmt.Errorf("audit: the root at %d: %w", c.Size, err)
+				// The walk read these hashes a moment ago: the store
+				// failed since, as a walk's unreadable store is reported.
+				rep.add(o.MaxProblems, Corrupt, c.Size, "%s checkpoint: the root at %d: %v", t.name, c.Size, err)
+				continue
 			}
 			if root != c.Root {
 				rep.add(o.MaxProblems, Fork, c.Size, "%s checkpoint root %s; the log's root at that size is %s", t.name, c.Root, root)
 			}
 		}
 	}
-	return nil
 }

@@ -148,8 +148,8 @@ func walkReaders() int { return max(1, min(4*runtime.GOMAXPROCS(0), 8)) }
 // r, r+n, r+2n and so on. A reader reads its stripe from the source,
 // parses each leaf, hashes it (its record hash and the op index's sum)
 // and, when the source's stored hashes can be read from any index, hashes
-// the stripe's subtree with both implementations and checks the stored
-// hashes within it. The hasher takes the stripes back in order, checks
+// the stripe's subtree once (tlog's node hash; merkle's compact ranges
+// are made of its subtrees) and checks the stored hashes within it. The hasher takes the stripes back in order, checks
 // each leaf's place and stream sequence, and adds a whole stripe's
 // subtree to both trees at once; a stripe that is not whole (the last, or
 // one with a problem) it walks leaf by leaf, as the first problem must be

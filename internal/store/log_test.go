@@ -548,7 +548,7 @@ func TestCheckTrustedAfterTheWalkReportsAsTheWalk(t *testing.T) {
 			require.NoError(t, err)
 			got, err := audit.Verify(st, audit.Options{Verifier: k.Verifier})
 			require.NoError(t, err)
-			require.NoError(t, audit.CheckTrusted(st, got, audit.Options{Verifier: k.Verifier}, trusted))
+			audit.CheckTrusted(st, got, audit.Options{Verifier: k.Verifier}, trusted)
 			// A walk that had a trusted checkpoint it could not open
 			// reports no root; checked after the walk, the root stands.
 			if want.Root == "" && want.Status == audit.BadSignature {
@@ -560,4 +560,11 @@ func TestCheckTrustedAfterTheWalkReportsAsTheWalk(t *testing.T) {
 			assert.Equal(t, want, got)
 		})
 	}
+	// A stored hash that can no longer be read is reported, not an error.
+	got, err := audit.Verify(st, audit.Options{Verifier: k.Verifier})
+	require.NoError(t, err)
+	broken := tlog.HashReaderFunc(func([]int64) ([]tlog.Hash, error) { return nil, audit.ErrUnreadable })
+	audit.CheckTrusted(broken, got, audit.Options{Verifier: k.Verifier}, []audit.Trusted{signed(2500)})
+	assert.Equal(t, audit.Corrupt, got.Status)
+	assert.Equal(t, []string{"the log's own checkpoints (newest at 5000)", "good at 2500 (at 2500)"}, got.Anchors)
 }

@@ -698,6 +698,9 @@ func TestRetryOfARunGrantIsAnsweredAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	done := waitTerminal(t, a, held.OpID)
 	require.Equal(t, events.StateCompleted, done.State)
+	// An agent retries later than a reply takes (the wait gives a reply
+	// that may be in flight 100 ms).
+	time.Sleep(150 * time.Millisecond)
 
 	start := time.Now()
 	out, err := c.Submit(ctxT(t), req)

@@ -37,7 +37,8 @@ func trim(v float64) string {
 }
 
 // Gate is the number of events whose log the start-up gate's figure is
-// for: a start verifies the whole log.
+// for (a start verifies the whole log): the figure is checked only in a
+// run whose log had at least that many leaves.
 const Gate = 1_000_000
 
 // Targets checks a run's figures against the targets of the issue
@@ -73,7 +74,12 @@ func Targets(res Result) []Target {
 	}
 	if res.AuditLeaves > 0 && res.AuditVerifyPerS > 0 {
 		add("audit verify", res.AuditVerifyPerS, "leaves/s", 1_000_000, true)
-		add("start-up gate, 1M events", Gate/res.AuditVerifyPerS, "s", 1.5, false)
+	}
+	if res.AuditLeaves >= Gate && res.AuditVerifyPerS > 0 {
+		// The walk a start makes, timed on a log of a million leaves
+		// opened as `audit verify` opens it; a start runs it beside the
+		// server's recovery of its streams (docs/performance.md).
+		add("start-up gate: walk of 1M events", Gate/res.AuditVerifyPerS, "s", 1.5, false)
 	}
 	if n := len(res.Windows); n > 1 && res.Windows[n-1].Ops >= 1_000_000 {
 		first, last := res.Windows[0], res.Windows[n-1]

@@ -91,24 +91,22 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 	}
 	trusted = append(trusted, file...)
 	start := time.Now()
-	var (
-		rep  *audit.Report
-		took time.Duration
-	)
-	if w := a.walk.result(key); w != nil {
-		// Walked as the store opened: what is left is JetStream's
-		// checkpoints and the file's.
-		if w.err != nil {
-			return nil, fmt.Errorf("audit log: %w", w.err)
-		}
-		rep, took = w.rep, w.took
-		audit.CheckTrusted(a.Store, rep, audit.Options{Verifier: key.Verifier}, trusted)
-	} else {
-		if rep, err = audit.Verify(a.Store, audit.Options{Verifier: key.Verifier, Trusted: trusted}); err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
-		}
-		took = time.Since(start)
+	if a.walk == nil {
+		// No key when the store opened: a first start, whose key was
+		// made just now.
+		a.walk = walkAuditLog(cfg.DataDir, a.Store)
 	}
+	w := a.walk.result()
+	if w == nil {
+		return nil, fmt.Errorf("audit log: the audit key in %s cannot be read", cfg.DataDir)
+	}
+	if w.err != nil {
+		return nil, fmt.Errorf("audit log: %w", w.err)
+	}
+	// The walk checked the log against its own checkpoints; what is left
+	// is JetStream's and the file's.
+	rep, took := w.rep, w.took
+	audit.CheckTrusted(a.Store, rep, audit.Options{Verifier: key.Verifier}, trusted)
 	a.AuditReport = rep
 	if rep.OK() {
 		cfg.Logger.Info("audit log verified", "size", rep.Size, "root", rep.Root,
@@ -133,22 +131,21 @@ func (a *App) checkAuditLog(ctx context.Context, cfg Config) (*projector.Checkpo
 // stream blocks' check and the server's recovery of its streams then
 // hide.
 type logWalk struct {
-	key  *audit.Key
 	done chan struct{}
 	rep  *audit.Report
 	err  error
 	took time.Duration
 }
 
-// walkAuditLog walks the log of a data dir that has its audit key (a
-// first start's log is empty; a missing or unreadable key is reported by
-// checkAuditLog), against the log's own checkpoints.
+// walkAuditLog walks the log of a data dir that has its audit key (nil
+// without one: checkAuditLog makes or reports it, then walks), against
+// the log's own checkpoints.
 func walkAuditLog(dir string, st *store.Store) *logWalk {
 	key, err := audit.LoadKey(dir)
 	if err != nil {
 		return nil
 	}
-	w := &logWalk{key: key, done: make(chan struct{})}
+	w := &logWalk{done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		start := time.Now()
@@ -165,15 +162,8 @@ func (w *logWalk) wait() {
 	}
 }
 
-// result waits for the walk and returns it when it was made with key;
-// nil when there was none (or another key is in force).
-func (w *logWalk) result(key *audit.Key) *logWalk {
-	if w == nil {
-		return nil
-	}
+// result waits for the walk and returns it; nil when there was none.
+func (w *logWalk) result() *logWalk {
 	w.wait()
-	if w.key.Public != key.Public {
-		return nil
-	}
 	return w
 }

@@ -90,11 +90,8 @@ func (r *Runner) provision(ctx context.Context) error {
 			MaxDeliver:     -1,
 			MaxAckPending:  2 * r.cfg.Loops * r.cfg.Workers,
 		}
-		var cons jetstream.Consumer
-		err := streams.Await(ctx, r.cfg.Logger, "consumer "+want.Durable, func(ctx context.Context) error {
-			var err error
-			cons, err = streams.ExecutorConsumerFor(ctx, js, want)
-			return err
+		cons, err := streams.AwaitConsumer(ctx, r.cfg.Logger, want.Durable, func(ctx context.Context) (jetstream.Consumer, error) {
+			return streams.ExecutorConsumerFor(ctx, js, want)
 		})
 		if err != nil {
 			return fmt.Errorf("executor: consumer for %s: %w", tool, err)

@@ -274,13 +274,9 @@ func (g *Gate) runRequests(ctx context.Context) error {
 // consumer creates or updates one of the gate's durable consumers, trying
 // again while the cluster settles.
 func (g *Gate) consumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	var cons jetstream.Consumer
-	err := streams.Await(ctx, g.cfg.Logger, "consumer "+cc.Durable, func(ctx context.Context) error {
-		var err error
-		cons, err = g.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cc)
-		return err
+	return streams.AwaitConsumer(ctx, g.cfg.Logger, cc.Durable, func(ctx context.Context) (jetstream.Consumer, error) {
+		return g.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cc)
 	})
-	return cons, err
 }
 
 // admission is one request of a batch on its way to an op.

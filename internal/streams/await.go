@@ -51,6 +51,34 @@ func Await(ctx context.Context, log *slog.Logger, what string, try func(ctx cont
 	}
 }
 
+// AwaitConsumer is Await for a call that creates or updates the durable
+// consumer name. Besides a settling cluster, it waits out a consumer of
+// that name that is still being deleted: the server answers a create or
+// update that meets one "consumer does not exist" (10149), or a create
+// error (10012: "consumer closed", "error creating store for consumer", a
+// file of the consumer's directory not found), and the next try, after
+// the delete, succeeds. Every other failure to make a consumer's store is
+// a 10012 too (a full disk): it is waited on as well, with a warning at
+// each try, until ctx ends.
+func AwaitConsumer(ctx context.Context, log *slog.Logger, name string, create func(ctx context.Context) (jetstream.Consumer, error)) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	err := Await(ctx, log, "consumer "+name, func(ctx context.Context) error {
+		c, err := create(ctx)
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeConsumerDoesNotExist ||
+			apiErr.ErrorCode == jetstream.JSErrCodeConsumerCreate) {
+			return fmt.Errorf("%w: %w", errConsumerClosing, err)
+		}
+		cons = c
+		return err
+	})
+	return cons, err
+}
+
+// errConsumerClosing marks a create or update that met a consumer still
+// being deleted (AwaitConsumer); it is Transient.
+var errConsumerClosing = errors.New("the consumer may still be being deleted")
+
 // transientCodes are the JetStream API error codes of a cluster that is
 // settling: no leader yet, not every peer up yet, a proposal lost to an
 // election.
@@ -72,7 +100,8 @@ var transientCodes = []jetstream.ErrorCode{
 func Transient(err error) bool {
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoHeartbeat) {
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, errConsumerClosing) {
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -116,11 +116,8 @@ func (n *Notifier) Run(ctx context.Context) error {
 // consumer creates or updates the durable consumer, trying again while
 // the cluster settles.
 func (n *Notifier) consumer(ctx context.Context) (jetstream.Consumer, error) {
-	var cons jetstream.Consumer
-	err := streams.Await(ctx, n.cfg.Logger, "consumer "+Consumer, func(ctx context.Context) error {
-		var err error
-		cons, err = n.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, consumerConfig())
-		return err
+	cons, err := streams.AwaitConsumer(ctx, n.cfg.Logger, Consumer, func(ctx context.Context) (jetstream.Consumer, error) {
+		return n.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, consumerConfig())
 	})
 	if err != nil {
 		return nil, fmt.Errorf("notify: consumer: %w", err)
@@ -155,6 +152,7 @@ func (n *Notifier) fetchFailed(ctx context.Context, cons jetstream.Consumer, err
 		return nil, ctx.Err()
 	case gone:
 		n.cfg.Logger.Warn("notify consumer is gone; making it again", "stream", streams.Ops, "err", err)
+		n.deleted(ctx, cons)
 		return n.consumer(ctx)
 	case errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded):
 		return cons, nil
@@ -167,6 +165,28 @@ func (n *Notifier) fetchFailed(ctx context.Context, cons jetstream.Consumer, err
 		return cons, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// deleted waits, at most streams.TryTimeout, until the server no longer
+// knows cons: a pull is told of a delete before the server has let go of
+// the consumer and removed its directory, and a consumer made in between
+// meets the old one (which AwaitConsumer waits out) or loses its new
+// directory to the old one's removal.
+func (n *Notifier) deleted(ctx context.Context, cons jetstream.Consumer) {
+	ctx, cancel := context.WithTimeout(ctx, streams.TryTimeout)
+	defer cancel()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if _, err := cons.Info(ctx); errors.Is(err, jetstream.ErrConsumerNotFound) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -44,6 +44,9 @@ func NewEvent(t Type, source, subject string, data any) (event.Event, error) {
 // MarshalJSON is json.Marshal without HTML escaping, so embedded JSON
 // (args, results) is stored byte for byte as its digest was taken.
 func MarshalJSON(v any) ([]byte, error) {
+	if b, ok := appendFast(make([]byte, 0, 512), v); ok {
+		return b, nil
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -273,7 +276,7 @@ func DecodeData(ev event.Event) (any, error) {
 	if mt := ev.DataMediaType(); mt != "" && mt != ContentTypeJSON {
 		return nil, Errorf(CodeInvalidEvent, "data content type %s, want %s", sized(mt), ContentTypeJSON)
 	}
-	if err := json.Unmarshal(ev.Data(), payload); err != nil {
+	if err := UnmarshalJSON(ev.Data(), payload); err != nil {
 		return nil, Errorf(CodeInvalidEvent, "%s data: %s", t.Short(), jsonProblem(err))
 	}
 	return payload, nil
@@ -344,7 +347,7 @@ func DecodeStored(h nats.Header, body []byte) (Type, string, any, error) {
 	if v := h[HeaderPrefix+"specversion"]; len(v) == 1 && v[0] == event.CloudEventsVersionV1 {
 		t := Type(h.Get(HeaderPrefix + "type"))
 		if payload := NewPayload(t); payload != nil {
-			if err := json.Unmarshal(body, payload); err != nil {
+			if err := UnmarshalJSON(body, payload); err != nil {
 				return t, "", nil, Errorf(CodeInvalidEvent, "%s data: %v", t.Short(), err)
 			}
 			id, err := decodeHeader(h.Get(HeaderPrefix + "id"))

@@ -1,8 +1,6 @@
 package events
 
 import (
-	"encoding/json"
-
 	"github.com/nats-io/nats.go"
 )
 
@@ -33,7 +31,7 @@ func decodeRequest(h nats.Header, body []byte, bodyAlone bool) (*Request, error)
 		// Binary mode's body is the request; a structured envelope has no
 		// workspace at its top.
 		var req Request
-		if err := json.Unmarshal(body, &req); err == nil && req.Workspace != "" {
+		if err := UnmarshalJSON(body, &req); err == nil && req.Workspace != "" {
 			return &req, req.Validate()
 		}
 		h = nats.Header{HeaderContentType: []string{ContentTypeStructured}}

@@ -523,7 +523,7 @@ func (c *Client) lookup(opID string) []*waiter {
 func (c *Client) onReply(m *nats.Msg) {
 	opID := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 	var r events.Reply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
+	if err := events.UnmarshalJSON(m.Data, &r); err != nil {
 		return
 	}
 	for _, w := range c.lookup(opID) {

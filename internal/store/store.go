@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -123,7 +122,7 @@ func (s *Store) Op(id string) (*events.Op, error) {
 	}
 	defer closer.Close()
 	op := new(events.Op)
-	if err := json.Unmarshal(v, op); err != nil {
+	if err := events.UnmarshalJSON(v, op); err != nil {
 		return nil, fmt.Errorf("store: op %s: %w", id, err)
 	}
 	return op, nil

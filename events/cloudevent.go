@@ -77,9 +77,10 @@ func NewEventRaw(t Type, source, subject, id string, data []byte) (event.Event, 
 // straight into headers: the hot path for events Airlock writes itself.
 // source, subject and id are percent-encoded as Encode does.
 func NewMessage(natsSubject string, t Type, source, subject, id string, data []byte) *nats.Msg {
-	msg := nats.NewMsg(natsSubject)
+	// Room for the headers an append or a submit adds (the expected
+	// sequence and its subject, the reply subject, the message id).
+	msg := &nats.Msg{Subject: natsSubject, Header: make(nats.Header, 12), Data: data}
 	binaryHeader(msg.Header, string(t), source, id, subject, time.Now(), ContentTypeJSON)
-	msg.Data = data
 	return msg
 }
 
@@ -87,17 +88,24 @@ func NewMessage(natsSubject string, t Type, source, subject, id string, data []b
 // common attributes into h, percent-encoded: the one writer Encode and
 // NewMessage share. A zero at writes no ce-time.
 func binaryHeader(h nats.Header, typ, source, id, subject string, at time.Time, contentType string) {
-	h[HeaderPrefix+"specversion"] = []string{event.CloudEventsVersionV1}
-	h[HeaderPrefix+"type"] = []string{encodeHeader(typ)}
-	h[HeaderPrefix+"source"] = []string{encodeHeader(source)}
-	h[HeaderPrefix+"id"] = []string{encodeHeader(id)}
+	// One allocation for the values; each header's slice is capped so
+	// that an append to one copies rather than overwrites the next.
+	vals := make([]string, 0, 7)
+	one := func(v string) []string {
+		vals = append(vals, v)
+		return vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	h[HeaderPrefix+"specversion"] = one(event.CloudEventsVersionV1)
+	h[HeaderPrefix+"type"] = one(encodeHeader(typ))
+	h[HeaderPrefix+"source"] = one(encodeHeader(source))
+	h[HeaderPrefix+"id"] = one(encodeHeader(id))
 	if !at.IsZero() {
-		h[HeaderPrefix+"time"] = []string{at.UTC().Format(time.RFC3339Nano)}
+		h[HeaderPrefix+"time"] = one(at.UTC().Format(time.RFC3339Nano))
 	}
 	if subject != "" {
-		h[HeaderPrefix+"subject"] = []string{encodeHeader(subject)}
+		h[HeaderPrefix+"subject"] = one(encodeHeader(subject))
 	}
-	h[HeaderContentType] = []string{contentType}
+	h[HeaderContentType] = one(contentType)
 }
 
 // Encode renders ev as a binary-mode NATS message on subject: every

@@ -552,3 +552,18 @@ func TestRejectionsNeverQuoteInput(t *testing.T) {
 		})
 	}
 }
+
+// TestNewMessageHeadersStandApart adds to each header NewMessage writes
+// and finds the others as they were: its values share one allocation.
+func TestNewMessageHeadersStandApart(t *testing.T) {
+	msg := events.NewMessage("airlock.v1.op.ws.op_1.echo.decided", events.TypeDecided, "src", "subj", "id-1", []byte(`{}`))
+	want := nats.Header{}
+	for k, v := range msg.Header {
+		want[k] = append([]string(nil), v...)
+	}
+	for k := range msg.Header {
+		msg.Header.Add(k, "extra")
+		want[k] = append(want[k], "extra")
+		require.Equal(t, want, msg.Header, "after adding to %s", k)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,15 @@ func TestFastReadFallsBack(t *testing.T) {
 			require.Equal(t, want.Interface(), got.Interface(), name)
 		}
 	}
+}
+
+// FuzzValidName holds ValidName to the pattern it documents.
+func FuzzValidName(f *testing.F) {
+	pattern := regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	for _, s := range []string{"", "a", "0", "_a", "-a", "a_", "a-", "A", "a.b", "a b", "a\n", "é", strings.Repeat("a", 64), strings.Repeat("a", 65), "ws-1_x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		require.Equal(t, pattern.MatchString(s), ValidName(s), "%q", s)
+	})
 }

@@ -25,11 +25,23 @@ const (
 	MaxEvidenceBytes = 128 << 10
 )
 
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
 // ValidName reports whether s is a valid workspace, agent or tool name:
 // [a-z0-9][a-z0-9_-]{0,63}. Valid names are valid NATS subject tokens.
-func ValidName(s string) bool { return namePattern.MatchString(s) }
+// (Every request checks three: a loop, not a regular expression.)
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case (c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Request is one logical tool call: the data of a tool.requested event.
 type Request struct {

@@ -92,7 +92,7 @@ func newBench() *cobra.Command {
 				printWindows(w, res.Windows)
 			}
 			if res.Paced > 0 {
-				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS)
+				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time; CPU per op %.0f µs)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS, res.PacedCPUPerOpUS)
 				fmt.Fprintf(w, "raw JetStream at that load:  p50 %.2f ms, p99 %.2f ms  (chains of %.0f publishes, each awaiting the one before, at %.0f chains/s)\n", res.RawPacedP50MS, res.RawPacedP99MS, res.MsgsPerOp, res.PacedRate)
 				fmt.Fprintf(w, "%d in flight:                 p50 %.2f ms, p99 %.2f ms  (%d ops, %.0f ops/s)\n", res.LowConcurrency, res.LowP50MS, res.LowP99MS, res.Paced, res.LowOpsPerS)
 			}

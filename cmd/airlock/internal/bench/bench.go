@@ -114,6 +114,10 @@ type Result struct {
 	PacedOpsPerS float64 `json:"paced_ops_per_s"`
 	PacedP50MS   float64 `json:"paced_p50_ms"`
 	PacedP99MS   float64 `json:"paced_p99_ms"`
+	// PacedCPUPerOpUS is the process's CPU per op over the paced phase:
+	// with little in flight each stage handles an op or two at a time,
+	// and the cost per op is not the pipeline phase's.
+	PacedCPUPerOpUS float64 `json:"paced_cpu_per_op_us"`
 	// RawPacedP50MS and RawPacedP99MS are raw JetStream's at the paced
 	// phase's load, on the raw phase's server: chains of MsgsPerOp
 	// publishes, each waiting for the one before it (as an op's records

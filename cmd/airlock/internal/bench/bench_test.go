@@ -58,6 +58,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.PacedOpsPerS, 0.0)
 	assert.LessOrEqual(t, res.PacedOpsPerS, res.PacedRate*1.5, "the paced phase keeps its rate")
 	assert.Greater(t, res.PacedP50MS, 0.0)
+	assert.Greater(t, res.PacedCPUPerOpUS, 0.0, "the paced phase's CPU per op")
 	assert.LessOrEqual(t, res.PacedP50MS, res.PacedP99MS)
 	assert.Greater(t, res.RawPacedP50MS, 0.0)
 	assert.LessOrEqual(t, res.RawPacedP50MS, res.RawPacedP99MS)

@@ -84,10 +84,13 @@ func latencyPhases(ctx context.Context, cfg Config, c *producers.Client, res *Re
 	if rate <= 0 {
 		rate = res.OpsPerS / 2
 	}
+	cpu0, _ := processCPU()
 	lat, achieved, err := paced(ctx, c, rate, cfg.Paced, "paced", cfg.track(PhasePaced, cfg.Paced))
 	if err != nil {
 		return err
 	}
+	cpu1, _ := processCPU()
+	res.PacedCPUPerOpUS = float64((cpu1 - cpu0).Microseconds()) / float64(cfg.Paced)
 	res.Paced, res.PacedRate, res.PacedOpsPerS = cfg.Paced, rate, achieved
 	res.PacedP50MS, res.PacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
 

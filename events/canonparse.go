@@ -20,16 +20,7 @@ type canonParser struct {
 
 var errEOF = errors.New("unexpected end of JSON (EOF)")
 
-func (p *canonParser) skipSpace() {
-	for p.pos < len(p.in) {
-		switch p.in[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
-	}
-}
+func (p *canonParser) skipSpace() { p.pos = skipJSONSpace(p.in, p.pos) }
 
 func (p *canonParser) syntax(what string) error {
 	if p.pos >= len(p.in) {
@@ -335,28 +326,10 @@ func cmpUTF16(a, b string) int {
 func appendCanonString(out []byte, s string) []byte {
 	out = append(out, '"')
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch c {
-		case '"':
-			out = append(out, '\\', '"')
-		case '\\':
-			out = append(out, '\\', '\\')
-		case '\b':
-			out = append(out, '\\', 'b')
-		case '\f':
-			out = append(out, '\\', 'f')
-		case '\n':
-			out = append(out, '\\', 'n')
-		case '\r':
-			out = append(out, '\\', 'r')
-		case '\t':
-			out = append(out, '\\', 't')
-		default:
-			if c < 0x20 {
-				out = append(out, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			} else {
-				out = append(out, c)
-			}
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' {
+			out = appendEscapedASCII(out, c)
+		} else {
+			out = append(out, c)
 		}
 	}
 	return append(out, '"')

@@ -47,6 +47,11 @@ func MarshalJSON(v any) ([]byte, error) {
 	if b, ok := appendFast(make([]byte, 0, 512), v); ok {
 		return b, nil
 	}
+	return marshalStd(v)
+}
+
+// marshalStd is MarshalJSON through encoding/json.
+func marshalStd(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

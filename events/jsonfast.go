@@ -167,23 +167,7 @@ func appendJSONString(b []byte, s string) []byte {
 				i++
 				continue
 			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
+			b = appendEscapedASCII(append(b, s[start:i]...), c)
 			i++
 			start = i
 			continue
@@ -209,6 +193,27 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// appendEscapedASCII appends the JSON escape of an ASCII byte a string
+// may not hold as it is: ", \ or a control character (the short form
+// where JSON has one).
+func appendEscapedASCII(b []byte, c byte) []byte {
+	switch c {
+	case '"', '\\':
+		return append(b, '\\', c)
+	case '\b':
+		return append(b, '\\', 'b')
+	case '\f':
+		return append(b, '\\', 'f')
+	case '\n':
+		return append(b, '\\', 'n')
+	case '\r':
+		return append(b, '\\', 'r')
+	case '\t':
+		return append(b, '\\', 't')
+	}
+	return append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+}
+
 // jreader reads the JSON the writers above write. Each method leaves the
 // reader after what it read and returns false for anything it does not
 // take, and the caller then falls back to encoding/json.
@@ -217,15 +222,20 @@ type jreader struct {
 	i int
 }
 
-func (r *jreader) ws() {
-	for r.i < len(r.b) {
-		switch r.b[r.i] {
+func (r *jreader) ws() { r.i = skipJSONSpace(r.b, r.i) }
+
+// skipJSONSpace returns the index of the first byte of b from i on that
+// is not JSON white space.
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
 		case ' ', '\t', '\n', '\r':
-			r.i++
+			i++
 		default:
-			return
+			return i
 		}
 	}
+	return i
 }
 
 func (r *jreader) next(c byte) bool {

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -20,15 +19,7 @@ func hotRecords() []any {
 }
 
 // stdJSON is what encoding/json writes for v with HTML escaping off.
-func stdJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
+func stdJSON(v any) ([]byte, error) { return marshalStd(v) }
 
 // filler fills every field of a value at random: empty or not, strings
 // that need escapes or are not UTF-8, times in other zones or out of

@@ -258,13 +258,26 @@ func (r *jreader) done() bool {
 // (1-63; 0 for a key it does not take) and a second one is not taken, as
 // encoding/json would merge the two values.
 func (r *jreader) object(field func(key []byte) int) bool {
+	var seen uint64
+	return r.members(func(key []byte) bool {
+		n := field(key)
+		if n <= 0 || seen&(1<<n) != 0 {
+			return false
+		}
+		seen |= 1 << n
+		return true
+	})
+}
+
+// members reads an object, calling member with the reader at each key's
+// value; member reads the value and returns whether it took it.
+func (r *jreader) members(member func(key []byte) bool) bool {
 	if !r.next('{') {
 		return false
 	}
 	if r.next('}') {
 		return true
 	}
-	var seen uint64
 	for {
 		r.ws()
 		key, ok := r.plain()
@@ -272,11 +285,9 @@ func (r *jreader) object(field func(key []byte) int) bool {
 			return false
 		}
 		r.ws()
-		n := field(key)
-		if n <= 0 || seen&(1<<n) != 0 {
+		if !member(key) {
 			return false
 		}
-		seen |= 1 << n
 		if r.next(',') {
 			continue
 		}
@@ -309,10 +320,13 @@ func (r *jreader) plain() ([]byte, bool) {
 	return nil, false
 }
 
-func (r *jreader) str(dst *string) bool {
+func (r *jreader) str(dst *string) bool { return readString(r, dst) }
+
+// readString reads a string into any string type (State, Code).
+func readString[T ~string](r *jreader, dst *T) bool {
 	s, ok := r.plain()
 	if ok {
-		*dst = string(s)
+		*dst = T(s)
 	}
 	return ok
 }
@@ -413,38 +427,21 @@ func (r *jreader) timePtr(dst **time.Time) bool {
 	return true
 }
 
-// strings reads an object of strings into a new map.
+// strings reads an object of strings into a new map (a repeated key
+// keeps its last value, as in encoding/json).
 func (r *jreader) strings(dst *map[string]string) bool {
 	m := make(map[string]string)
-	if r.i >= len(r.b) || r.b[r.i] != '{' {
+	if !r.members(func(k []byte) bool {
+		v, ok := r.plain()
+		if ok {
+			m[string(k)] = string(v)
+		}
+		return ok
+	}) {
 		return false
 	}
-	r.i++
-	if r.next('}') {
-		*dst = m
-		return true
-	}
-	for {
-		r.ws()
-		k, ok := r.plain()
-		if !ok || !r.next(':') {
-			return false
-		}
-		r.ws()
-		v, ok := r.plain()
-		if !ok {
-			return false
-		}
-		m[string(k)] = string(v)
-		if r.next(',') {
-			continue
-		}
-		if !r.next('}') {
-			return false
-		}
-		*dst = m
-		return true
-	}
+	*dst = m
+	return true
 }
 
 // bytes reads a []byte as encoding/json does: standard base64 in a

@@ -231,10 +231,7 @@ func (r *jreader) op(op *Op) bool {
 		case "workspace":
 			return took(2, r.str(&op.Workspace))
 		case "state":
-			var s string
-			n := took(3, r.str(&s))
-			op.State = State(s)
-			return n
+			return took(3, readString(r, &op.State))
 		case "agent":
 			return took(4, r.str(&op.Agent))
 		case "tool":
@@ -288,10 +285,7 @@ func (r *jreader) op(op *Op) bool {
 		case "result_erased":
 			return took(29, r.str(&op.ResultErased))
 		case "error_code":
-			var s string
-			n := took(30, r.str(&s))
-			op.ErrorCode = Code(s)
-			return n
+			return took(30, readString(r, &op.ErrorCode))
 		case "error":
 			return took(31, r.str(&op.Error))
 		case "scrubbed":
@@ -529,17 +523,11 @@ func (r *jreader) reply(p *Reply) bool {
 		case "op_id":
 			return took(1, r.str(&p.OpID))
 		case "state":
-			var s string
-			n := took(2, r.str(&s))
-			p.State = State(s)
-			return n
+			return took(2, readString(r, &p.State))
 		case "existing":
 			return took(3, r.bool(&p.Existing))
 		case "code":
-			var s string
-			n := took(4, r.str(&s))
-			p.Code = Code(s)
-			return n
+			return took(4, readString(r, &p.Code))
 		case "message":
 			return took(5, r.str(&p.Message))
 		case "result":

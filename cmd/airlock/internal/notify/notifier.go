@@ -190,6 +190,13 @@ func (n *Notifier) deleted(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
+// abandonedDelay is how long a hold whose delivery was cut short by a
+// stop waits before JetStream hands it out again. Without it the server
+// may hand it straight back to this notifier's own pull, still open on the
+// server for an instant after the stop, and a message sent there is
+// lost until the ack wait (AckWait) ends.
+const abandonedDelay = time.Second
+
 // inProgress tells JetStream every AckWait/3 that m is still in hand,
 // until stop is called; stop returns once the ticking has stopped.
 func inProgress(m jetstream.Msg) (stop func()) {
@@ -238,7 +245,8 @@ func (n *Notifier) handle(ctx context.Context, m jetstream.Msg) {
 	}
 	outcome := n.deliver(ctx, webhook, h)
 	if outcome == "" {
-		_ = m.Nak() // Airlock stops: another process, or the next start, sends it
+		// Airlock stops: another process, or the next start, sends it.
+		_ = m.NakWithDelay(abandonedDelay)
 		return
 	}
 	n.m.deliveries.WithLabelValues(ws, outcome).Inc()

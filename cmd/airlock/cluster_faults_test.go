@@ -344,7 +344,7 @@ func TestClusterProcessesStartTogether(t *testing.T) {
 		}()
 	}
 	for range 3 {
-		assert.NoError(t, <-errs)
+		require.NoError(t, <-errs) // the checks below read each process
 	}
 	c := d.agent(t, producers.WithWait(10*time.Second))
 	out := submitUntilEnd(t, c, d.execRequest(1), time.Minute)

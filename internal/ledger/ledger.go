@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ErrStarted is Begin's answer when the attempt has a started record
@@ -68,10 +69,27 @@ func (l Ledger) Begin(op, attempt string, rec []byte) (string, error) {
 	return p, l.createDurable(p, rec)
 }
 
-// Update replaces the started record at p by rec, without fsync: a crash
-// loses at most what rec adds (or tears the record, which still reads as
-// started).
-func (l Ledger) Update(p string, rec []byte) error { return l.replace(p, rec, false) }
+// Update replaces the started record at p by rec, in place and without
+// fsync: a crash loses at most what rec adds, or tears the record, which
+// still reads as started. rec is normally the first record with more
+// detail; one that is shorter has the rest cut off.
+func (l Ledger) Update(p string, rec []byte) error {
+	fd, err := openFile(p, syscall.O_WRONLY)
+	if err != nil {
+		return l.errorf("%w", err)
+	}
+	err = pwriteAll(fd, rec)
+	if err == nil {
+		err = ignoringEINTR(func() error { return syscall.Ftruncate(fd, int64(len(rec))) })
+	}
+	if cerr := syscall.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return l.errorf("write %s: %w", p, err)
+	}
+	return nil
+}
 
 // Abandon durably removes a started record whose effect was never taken.
 func (l Ledger) Abandon(p string) error {
@@ -121,6 +139,9 @@ func (l Ledger) Forget(op string) error {
 	if err != nil {
 		return err
 	}
+	if removeFlat(d) == nil {
+		return nil
+	}
 	if err := os.RemoveAll(d); err != nil {
 		return l.errorf("%w", err)
 	}
@@ -143,12 +164,12 @@ func (l Ledger) Kept() ([]string, error) {
 }
 
 func (l Ledger) mkOpDir(d string) error {
-	err := os.Mkdir(d, 0o700)
-	if errors.Is(err, fs.ErrExist) {
+	err := ignoringEINTR(func() error { return syscall.Mkdir(d, 0o700) })
+	if err == syscall.EEXIST {
 		return nil
 	}
 	if err != nil {
-		return l.errorf("%w", err)
+		return l.errorf("mkdir %s: %w", d, err)
 	}
 	return l.syncDir(l.Dir)
 }
@@ -156,46 +177,35 @@ func (l Ledger) mkOpDir(d string) error {
 // createDurable creates p, failing with ErrStarted if it exists, writes
 // b, and fsyncs it and its directory.
 func (l Ledger) createDurable(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if errors.Is(err, fs.ErrExist) {
+	fd, err := openFile(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY)
+	if err == syscall.EEXIST {
 		return ErrStarted
 	}
 	if err != nil {
-		return l.errorf("%w", err)
+		return l.errorf("create %s: %w", p, err)
 	}
-	_, err = f.Write(b)
-	if err == nil && !l.NoSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := writeClose(fd, b, !l.NoSync); err != nil {
 		return l.errorf("write %s: %w", p, err)
 	}
 	return l.syncDir(filepath.Dir(p))
 }
 
 // replace writes b to a temporary file beside p, fsyncs it if sync, and
-// renames it to p.
+// renames it to p. The temporary name is fixed: one attempt writes its
+// result once, and a file left there by a crash is written over (Forget
+// removes it with the rest).
 func (l Ledger) replace(p string, b []byte, sync bool) error {
-	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".tmp-*")
+	tmp := p + ".tmp"
+	fd, err := openFile(tmp, syscall.O_CREAT|syscall.O_TRUNC|syscall.O_WRONLY)
 	if err != nil {
-		return l.errorf("%w", err)
+		return l.errorf("create %s: %w", tmp, err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err = writeClose(fd, b, sync)
 	if err == nil {
-		err = os.Rename(tmp, p)
+		err = ignoringEINTR(func() error { return syscall.Rename(tmp, p) })
 	}
 	if err != nil {
-		os.Remove(tmp)
+		_ = syscall.Unlink(tmp)
 		return l.errorf("write %s: %w", p, err)
 	}
 	return nil

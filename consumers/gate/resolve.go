@@ -37,20 +37,27 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		g.respond(m, events.Reply{Code: events.CodeUnavailable, Message: err.Error()})
 		return
 	}
+	var e *resuming
+	if grant != nil {
+		// Before the answer, and so before the approver can act on it,
+		// and as soon after the grant's append as can be: a delivery of
+		// the grant that arrives from now on waits for this resume.
+		e = g.resumed.begin(grant.op.ID, grant.seq)
+	}
 	g.respond(m, r)
 	if grant != nil {
 		// The grant is stored: it is the work item the resume consumer
 		// delivers, after a crash too. This gate resumes the op now, by
-		// push, rather than after that delivery and the reads it needs;
-		// the delivery then finds it resumed (its compare-and-swap on the
-		// granted event loses, or it is skipped as resumed here).
+		// push, rather than after that delivery and the reads it needs; a
+		// delivery to this gate waits for it and is then acked, and one
+		// to another gate loses its compare-and-swap on the granted event.
 		gctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
 		defer cancel()
-		if err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held); err != nil {
+		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held)
+		g.resumed.end(grant.op.ID, e, err == nil)
+		if err != nil {
 			g.cfg.Logger.Info("hold not resumed at once; the resume consumer will", "op", grant.op.ID, "err", err)
-			return
 		}
-		g.resumed.add(grant.op.ID, grant.seq)
 	}
 }
 

@@ -72,11 +72,11 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted event on another op's subject; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream)
 		return nil
 	}
-	if g.resumed.take(opID, md.Sequence.Stream) {
-		return nil // resumed by this gate when it appended the grant
-	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
 	defer cancel()
+	if g.resumed.take(ctx, opID, md.Sequence.Stream) {
+		return nil // resumed by this gate when it appended the grant
+	}
 	op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
 	heldEv, err := oplog.LastOf(ctx, g.ops, op, events.TypeHeld)
 	if err != nil {
@@ -123,27 +123,40 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 	return nil
 }
 
-// maxResumed bounds the grants a gate remembers having resumed itself
-// until the resume consumer delivers them. The delivery often comes
-// first (it then loses its compare-and-swap, at the cost of its reads) or
-// goes to another gate, so an entry may never be taken: the oldest is
-// forgotten to make room.
+// maxResumed bounds the grants a gate remembers resuming itself until the
+// resume consumer delivers them. The delivery may go to another gate, so
+// an entry may never be taken: the oldest is forgotten to make room.
 const maxResumed = 4096
 
-// resumedSet is the grants this gate resumed at once, by op and granted
-// event sequence, forgetting the oldest beyond maxResumed.
+// resumedSet is the grants this gate resumes at once, by op and granted
+// event sequence, forgetting the oldest beyond maxResumed. A delivery of
+// a grant that this gate is resuming waits for that resume to end rather
+// than race it: the delivery often arrives first, and two resumes of one
+// grant both read the request and the controls, and one of them then
+// loses its compare-and-swap and reads the op again, while the person who
+// granted waits.
 type resumedSet struct {
 	mu    sync.Mutex
-	m     map[string]uint64
+	m     map[string]*resuming
 	order []string // ring of the ops added, oldest at next
 	next  int
 }
 
-func (r *resumedSet) add(op string, seq uint64) {
+// resuming is one resume this gate started at once.
+type resuming struct {
+	seq  uint64
+	done chan struct{} // closed when it ends
+	ok   bool          // it appended what follows the grant; set before done
+}
+
+// begin records that this gate resumes op's grant at seq now; end must
+// follow.
+func (r *resumedSet) begin(op string, seq uint64) *resuming {
+	e := &resuming{seq: seq, done: make(chan struct{})}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
-		r.m = make(map[string]uint64)
+		r.m = make(map[string]*resuming)
 	}
 	if _, ok := r.m[op]; !ok {
 		if len(r.order) < maxResumed {
@@ -154,19 +167,48 @@ func (r *resumedSet) add(op string, seq uint64) {
 			r.next = (r.next + 1) % maxResumed
 		}
 	}
-	r.m[op] = seq
+	r.m[op] = e
+	return e
+}
+
+// end records how the resume begun as e ended. A failed one is forgotten:
+// its delivery resumes the grant.
+func (r *resumedSet) end(op string, e *resuming, ok bool) {
+	r.mu.Lock()
+	if !ok && r.m[op] == e {
+		delete(r.m, op)
+	}
+	r.mu.Unlock()
+	e.ok = ok
+	close(e.done)
 }
 
 // take reports whether op's grant at seq was resumed here, forgetting it.
-// Its place in the ring stays until it comes round.
-func (r *resumedSet) take(op string, seq uint64) bool {
+// While that resume runs it waits for it, until ctx ends (false: the
+// delivery resumes the grant itself, and compare-and-swap settles which
+// append lands). Its place in the ring stays until it comes round.
+func (r *resumedSet) take(ctx context.Context, op string, seq uint64) bool {
+	r.mu.Lock()
+	e, found := r.m[op]
+	r.mu.Unlock()
+	if !found || e.seq != seq {
+		return false
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return false
+	}
+	if !e.ok {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if s, ok := r.m[op]; ok && s == seq {
-		delete(r.m, op)
-		return true
+	if r.m[op] != e {
+		return false // taken by another delivery of it
 	}
-	return false
+	delete(r.m, op)
+	return true
 }
 
 // resumeEvent is the event that follows a grant, and the request's valid

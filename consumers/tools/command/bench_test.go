@@ -61,3 +61,41 @@ func BenchmarkExecTrueBubblewrap(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExecTrueParallel is BenchmarkExecTrue 16 calls at a time, as
+// airlock bench's exec phase runs them, with the ledger as an embedded
+// interval-fsync server has it (no fsync) and forgotten after each call,
+// as the runner does once the outcome is stored. Compare with
+// BenchmarkForkExecTrueParallel: the difference is the executor's own
+// cost per call, without the pipeline's.
+func BenchmarkExecTrueParallel(b *testing.B) {
+	f := newFixture(b, func(c *command.Config) { c.LedgerNoSync = true })
+	b.SetParallelism(8) // 16 goroutines on 2 CPUs
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c := call(b, "w", argv("/bin/true"))
+			if _, err := f.e.Execute(context.Background(), c); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := f.e.Forget(context.Background(), c.OpID); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkForkExecTrueParallel is a bare os/exec run of /bin/true, 16 at
+// a time.
+func BenchmarkForkExecTrueParallel(b *testing.B) {
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

@@ -27,106 +27,175 @@ type Ledger struct {
 	NoSync bool
 }
 
-// validName accepts op and attempt ids as single path elements.
+// suffix ends the name of an op's file.
+const suffix = ".attempts"
+
+// validName accepts op and attempt ids as single path elements (and
+// attempt ids as a frame's header field: no space or newline).
 func validName(s string) bool {
 	return s != "" && len(s) <= 200 && !strings.HasPrefix(s, ".") &&
-		!strings.ContainsAny(s, "/\\\x00")
+		!strings.ContainsAny(s, "/\\\x00 \n\t\r")
 }
 
 func (l Ledger) errorf(format string, args ...any) error {
 	return fmt.Errorf(l.Name+" ledger: "+format, args...)
 }
 
-func (l Ledger) opDir(op string) (string, error) {
+// file is op's file, after checking both ids.
+func (l Ledger) file(op, attempt string) (string, error) {
 	if !validName(op) {
 		return "", l.errorf("op id %q is not a file name", op)
-	}
-	return filepath.Join(l.Dir, op), nil
-}
-
-func (l Ledger) path(op, attempt, suffix string) (string, error) {
-	d, err := l.opDir(op)
-	if err != nil {
-		return "", err
 	}
 	if !validName(attempt) {
 		return "", l.errorf("attempt id %q is not a file name", attempt)
 	}
-	return filepath.Join(d, attempt+suffix), nil
+	return filepath.Join(l.Dir, op+suffix), nil
+}
+
+// Record is an attempt's started record, from Begin.
+type Record struct {
+	l             Ledger
+	path, attempt string
 }
 
 // Begin durably records that op's attempt is about to take its effect,
-// with rec as the record's content, and returns the record's path. It
-// fails with ErrStarted if the attempt has a record already.
-func (l Ledger) Begin(op, attempt string, rec []byte) (string, error) {
-	p, err := l.path(op, attempt, ".started")
+// with rec as the record's content. It fails with ErrStarted if the
+// attempt has a record already.
+func (l Ledger) Begin(op, attempt string, rec []byte) (Record, error) {
+	p, err := l.file(op, attempt)
 	if err != nil {
-		return "", err
+		return Record{}, err
 	}
-	if err := l.mkOpDir(filepath.Dir(p)); err != nil {
-		return "", err
+	r := Record{l: l, path: p, attempt: attempt}
+	frame := appendFrame(nil, kindStarted, attempt, rec)
+	// The op's first attempt here creates its file: the frame, then the
+	// file and its directory entry synced.
+	fd, err := openFile(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_APPEND)
+	switch {
+	case err == nil:
+		if err := writeClose(fd, frame, !l.NoSync); err != nil {
+			return Record{}, l.errorf("write %s: %w", p, err)
+		}
+		return r, l.syncDir(l.Dir)
+	case err != syscall.EEXIST:
+		return Record{}, l.errorf("create %s: %w", p, err)
 	}
-	return p, l.createDurable(p, rec)
+	// A later attempt (a recovery that runs the op again) appends.
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return Record{}, l.errorf("%w", err)
+	}
+	if _, started := parseFrames(b).startedOf(attempt); started {
+		return Record{}, ErrStarted
+	}
+	return r, l.append(p, frame, !l.NoSync)
 }
 
-// Update replaces the started record at p by rec, in place and without
-// fsync: a crash loses at most what rec adds, or tears the record, which
-// still reads as started. rec is normally the first record with more
-// detail; one that is shorter has the rest cut off.
-func (l Ledger) Update(p string, rec []byte) error {
-	fd, err := openFile(p, syscall.O_WRONLY)
+// Update records rec as the attempt's started record from now on, without
+// fsync: a crash loses at most what rec adds. rec is the first record with
+// more detail, such as a pid.
+func (r Record) Update(rec []byte) error {
+	return r.l.append(r.path, appendFrame(nil, kindStarted, r.attempt, rec), false)
+}
+
+// Abandon durably records that the attempt's effect was never taken: it
+// reads as having no started record.
+func (r Record) Abandon() error {
+	return r.l.append(r.path, appendFrame(nil, kindAbandoned, r.attempt, nil), !r.l.NoSync)
+}
+
+// Finish durably records the result of op's attempt.
+func (l Ledger) Finish(op, attempt string, result []byte) error {
+	p, err := l.file(op, attempt)
 	if err != nil {
-		return l.errorf("%w", err)
+		return err
 	}
-	err = pwriteAll(fd, rec)
-	if err == nil {
-		err = ignoringEINTR(func() error { return syscall.Ftruncate(fd, int64(len(rec))) })
-	}
-	if cerr := syscall.Close(fd); err == nil {
-		err = cerr
+	fd, err := openFile(p, syscall.O_WRONLY|syscall.O_APPEND)
+	if err == syscall.ENOENT {
+		// No started record here (a caller that did not Begin): the
+		// file is new, and so is its directory entry.
+		fd, err = openFile(p, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_APPEND)
+		if err == nil {
+			if err := writeClose(fd, appendFrame(nil, kindDone, attempt, result), !l.NoSync); err != nil {
+				return l.errorf("write %s: %w", p, err)
+			}
+			return l.syncDir(l.Dir)
+		}
 	}
 	if err != nil {
+		return l.errorf("open %s: %w", p, err)
+	}
+	if err := writeClose(fd, appendFrame(nil, kindDone, attempt, result), !l.NoSync); err != nil {
 		return l.errorf("write %s: %w", p, err)
 	}
 	return nil
 }
 
-// Abandon durably removes a started record whose effect was never taken.
-func (l Ledger) Abandon(p string) error {
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return l.errorf("%w", err)
-	}
-	return l.syncDir(filepath.Dir(p))
-}
-
-// Finish durably records the result of op's attempt.
-func (l Ledger) Finish(op, attempt string, result []byte) error {
-	p, err := l.path(op, attempt, ".done")
+// append appends frame to the existing file p, fsyncing it if sync.
+func (l Ledger) append(p string, frame []byte, sync bool) error {
+	fd, err := openFile(p, syscall.O_WRONLY|syscall.O_APPEND)
 	if err != nil {
-		return err
+		return l.errorf("open %s: %w", p, err)
 	}
-	if err := l.replace(p, result, !l.NoSync); err != nil {
-		return err
+	if err := writeClose(fd, frame, sync); err != nil {
+		return l.errorf("write %s: %w", p, err)
 	}
-	return l.syncDir(filepath.Dir(p))
+	return nil
 }
 
 // Done returns the result Finish recorded for op's attempt, or an error
 // matching fs.ErrNotExist when there is none.
-func (l Ledger) Done(op, attempt string) ([]byte, error) { return l.read(op, attempt, ".done") }
-
-// Started returns the started record of op's attempt, or an error
-// matching fs.ErrNotExist when there is none.
-func (l Ledger) Started(op, attempt string) ([]byte, error) {
-	return l.read(op, attempt, ".started")
+func (l Ledger) Done(op, attempt string) ([]byte, error) {
+	p, found, err := l.read(op, attempt)
+	switch {
+	case err != nil:
+		return nil, err
+	case !found:
+		return l.readOld(op, attempt, ".done")
+	}
+	if b, ok := p.doneOf(attempt); ok {
+		return b, nil
+	}
+	return nil, l.errorf("no result of attempt %s: %w", attempt, fs.ErrNotExist)
 }
 
-func (l Ledger) read(op, attempt, suffix string) ([]byte, error) {
-	p, err := l.path(op, attempt, suffix)
-	if err != nil {
+// Started returns the started record of op's attempt, or an error
+// matching fs.ErrNotExist when there is none. A record cut short by a
+// crash is returned as far as it goes (it may not parse): it is a started
+// record all the same.
+func (l Ledger) Started(op, attempt string) ([]byte, error) {
+	p, found, err := l.read(op, attempt)
+	switch {
+	case err != nil:
 		return nil, err
+	case !found:
+		return l.readOld(op, attempt, ".started")
+	}
+	if b, ok := p.startedOf(attempt); ok {
+		return b, nil
+	}
+	return nil, l.errorf("no started record of attempt %s: %w", attempt, fs.ErrNotExist)
+}
+
+// read parses op's file; found is false when it has none.
+func (l Ledger) read(op, attempt string) (parsed, bool, error) {
+	p, err := l.file(op, attempt)
+	if err != nil {
+		return parsed{}, false, err
 	}
 	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return parsed{}, false, nil
+	}
+	if err != nil {
+		return parsed{}, false, l.errorf("%w", err)
+	}
+	return parseFrames(b), true, nil
+}
+
+// readOld reads a record of the earlier layout: <op>/<attempt><suffix>.
+func (l Ledger) readOld(op, attempt, suffix string) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(l.Dir, op, attempt+suffix))
 	if err != nil {
 		return nil, l.errorf("%w", err)
 	}
@@ -135,14 +204,21 @@ func (l Ledger) read(op, attempt, suffix string) ([]byte, error) {
 
 // Forget removes the op's records.
 func (l Ledger) Forget(op string) error {
-	d, err := l.opDir(op)
-	if err != nil {
-		return err
+	if !validName(op) {
+		return l.errorf("op id %q is not a file name", op)
 	}
-	if removeFlat(d) == nil {
+	err := ignoringEINTR(func() error { return syscall.Unlink(filepath.Join(l.Dir, op+suffix)) })
+	if err != nil && err != syscall.ENOENT {
+		return l.errorf("remove the records of %s: %w", op, err)
+	}
+	// The earlier layout's directory, if there is one: removing a
+	// directory that is not there costs one failed call.
+	old := filepath.Join(l.Dir, op)
+	switch err := ignoringEINTR(func() error { return syscall.Rmdir(old) }); err {
+	case nil, syscall.ENOENT, syscall.ENOTDIR:
 		return nil
 	}
-	if err := os.RemoveAll(d); err != nil {
+	if err := os.RemoveAll(old); err != nil {
 		return l.errorf("%w", err)
 	}
 	return nil
@@ -155,60 +231,23 @@ func (l Ledger) Kept() ([]string, error) {
 		return nil, l.errorf("%w", err)
 	}
 	var ops []string
+	seen := map[string]bool{}
 	for _, en := range entries {
-		if en.IsDir() && validName(en.Name()) {
-			ops = append(ops, en.Name())
+		name := en.Name()
+		op, isFile := strings.CutSuffix(name, suffix)
+		switch {
+		case isFile && en.Type().IsRegular() && validName(op):
+		case en.IsDir() && validName(name):
+			op = name // the earlier layout
+		default:
+			continue
+		}
+		if !seen[op] {
+			seen[op] = true
+			ops = append(ops, op)
 		}
 	}
 	return ops, nil
-}
-
-func (l Ledger) mkOpDir(d string) error {
-	err := ignoringEINTR(func() error { return syscall.Mkdir(d, 0o700) })
-	if err == syscall.EEXIST {
-		return nil
-	}
-	if err != nil {
-		return l.errorf("mkdir %s: %w", d, err)
-	}
-	return l.syncDir(l.Dir)
-}
-
-// createDurable creates p, failing with ErrStarted if it exists, writes
-// b, and fsyncs it and its directory.
-func (l Ledger) createDurable(p string, b []byte) error {
-	fd, err := openFile(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY)
-	if err == syscall.EEXIST {
-		return ErrStarted
-	}
-	if err != nil {
-		return l.errorf("create %s: %w", p, err)
-	}
-	if err := writeClose(fd, b, !l.NoSync); err != nil {
-		return l.errorf("write %s: %w", p, err)
-	}
-	return l.syncDir(filepath.Dir(p))
-}
-
-// replace writes b to a temporary file beside p, fsyncs it if sync, and
-// renames it to p. The temporary name is fixed: one attempt writes its
-// result once, and a file left there by a crash is written over (Forget
-// removes it with the rest).
-func (l Ledger) replace(p string, b []byte, sync bool) error {
-	tmp := p + ".tmp"
-	fd, err := openFile(tmp, syscall.O_CREAT|syscall.O_TRUNC|syscall.O_WRONLY)
-	if err != nil {
-		return l.errorf("create %s: %w", tmp, err)
-	}
-	err = writeClose(fd, b, sync)
-	if err == nil {
-		err = ignoringEINTR(func() error { return syscall.Rename(tmp, p) })
-	}
-	if err != nil {
-		_ = syscall.Unlink(tmp)
-		return l.errorf("write %s: %w", p, err)
-	}
-	return nil
 }
 
 func (l Ledger) syncDir(dir string) error {

@@ -17,11 +17,11 @@ func TestAttemptRecords(t *testing.T) {
 	_, err := l.Started("op1", "A1")
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 
-	p, err := l.Begin("op1", "A1", []byte(`{"n":1}`))
+	r, err := l.Begin("op1", "A1", []byte(`{"n":1}`))
 	require.NoError(t, err)
 	_, err = l.Begin("op1", "A1", []byte(`{"n":2}`))
 	assert.ErrorIs(t, err, ledger.ErrStarted, "an attempt starts once")
-	require.NoError(t, l.Update(p, []byte(`{"n":1,"pid":7}`)))
+	require.NoError(t, r.Update([]byte(`{"n":1,"pid":7}`)))
 	b, err := l.Started("op1", "A1")
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"n":1,"pid":7}`, string(b))
@@ -33,11 +33,27 @@ func TestAttemptRecords(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"ok":true}`, string(b))
 
+	// A second attempt of the op (a recovery that runs it again) is its
+	// own story, in the same file.
+	_, err = l.Started("op1", "A2")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	_, err = l.Begin("op1", "A2", []byte(`{"n":3}`))
+	require.NoError(t, err)
+	_, err = l.Begin("op1", "A2", nil)
+	assert.ErrorIs(t, err, ledger.ErrStarted)
+	_, err = l.Done("op1", "A2")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	b, err = l.Done("op1", "A1")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"ok":true}`, string(b))
+
 	q, err := l.Begin("op2", "A1", nil)
 	require.NoError(t, err)
-	require.NoError(t, l.Abandon(q))
+	require.NoError(t, q.Abandon())
 	_, err = l.Started("op2", "A1")
 	assert.ErrorIs(t, err, fs.ErrNotExist, "an abandoned attempt has no record")
+	_, err = l.Begin("op2", "A1", []byte(`{"again":true}`))
+	require.NoError(t, err, "an abandoned attempt may start")
 
 	kept, err := l.Kept()
 	require.NoError(t, err)
@@ -46,62 +62,111 @@ func TestAttemptRecords(t *testing.T) {
 	kept, err = l.Kept()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"op2"}, kept)
-	entries, err := os.ReadDir(filepath.Join(l.Dir, "op2"))
+	entries, err := os.ReadDir(l.Dir)
 	require.NoError(t, err)
-	assert.Empty(t, entries, "no temporary file is left behind")
+	require.Len(t, entries, 1)
+	assert.Equal(t, "op2.attempts", entries[0].Name(), "one file per op, nothing else")
 }
 
-// TestRecordsWrittenInPlace covers what the bare-system-call writers
-// must keep: an update shorter than the record it replaces leaves no tail
-// behind; a result's temporary file left by a crash is written over, and
-// no temporary name is left once the result is in; Forget removes what a
-// crash or an older version left in the op's directory, a subdirectory
-// included.
-func TestRecordsWrittenInPlace(t *testing.T) {
-	l := ledger.Ledger{Dir: t.TempDir(), Name: "test", NoSync: true}
-	p, err := l.Begin("op1", "A1", []byte(`{"attempt":"A1","argv_sha256":"sha256:00","pid":0,"note":"long"}`))
+// TestTornTailsReadAsStarted is what a crash mid-append leaves: the
+// file ends in a frame that is not whole. A torn result is no result; a
+// torn started record is a started record all the same; a tail too torn
+// to name its attempt counts as started for every attempt that has no
+// record, and never hides one that has.
+func TestTornTailsReadAsStarted(t *testing.T) {
+	dir := t.TempDir()
+	l := ledger.Ledger{Dir: dir, Name: "test", NoSync: true}
+	file := filepath.Join(dir, "op1.attempts")
+	r, err := l.Begin("op1", "A1", []byte(`{"attempt":"A1"}`))
 	require.NoError(t, err)
-	require.NoError(t, l.Update(p, []byte(`{"attempt":"A1","pid":7}`)))
-	b, err := l.Started("op1", "A1")
+	require.NoError(t, r.Update([]byte(`{"attempt":"A1","pid":7}`)))
+	whole, err := os.ReadFile(file)
 	require.NoError(t, err)
-	assert.Equal(t, `{"attempt":"A1","pid":7}`, string(b), "a shorter record is cut to its length")
 
-	opDir := filepath.Join(l.Dir, "op1")
-	require.NoError(t, os.WriteFile(filepath.Join(opDir, "A1.done.tmp"), []byte(`{"torn`), 0o600))
-	require.NoError(t, l.Finish("op1", "A1", []byte(`{"ok":true}`)))
-	b, err = l.Done("op1", "A1")
-	require.NoError(t, err)
-	assert.Equal(t, `{"ok":true}`, string(b))
-	names := func() []string {
-		entries, err := os.ReadDir(opDir)
-		require.NoError(t, err)
-		var n []string
-		for _, e := range entries {
-			n = append(n, e.Name())
-		}
-		return n
+	tail := func(s string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(file, append(append([]byte{}, whole...), s...), 0o600))
 	}
-	assert.ElementsMatch(t, []string{"A1.started", "A1.done"}, names())
+	started := func(attempt string) (string, error) {
+		b, err := l.Started("op1", attempt)
+		return string(b), err
+	}
 
-	// What an earlier version's os.CreateTemp could leave, and a
-	// directory nothing here makes: Forget removes it all the same.
-	require.NoError(t, os.WriteFile(filepath.Join(opDir, ".A1.done.tmp-123"), nil, 0o600))
-	require.NoError(t, os.MkdirAll(filepath.Join(opDir, "sub", "deeper"), 0o700))
-	require.NoError(t, l.Forget("op1"))
-	_, err = os.Stat(opDir)
-	assert.ErrorIs(t, err, fs.ErrNotExist)
-	require.NoError(t, l.Forget("op1"), "forgetting an op with no records is no error")
-
-	_, err = l.Begin("op2", "A1", nil)
+	// A result cut short: none, and the attempt's started record stands.
+	tail("done A1 40\n{\"exit_code\":0")
+	_, err = l.Done("op1", "A1")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a torn result is no result")
+	b, err := started("A1")
 	require.NoError(t, err)
-	err = l.Update(filepath.Join(l.Dir, "op2", "A9.started"), []byte(`{}`))
-	assert.ErrorIs(t, err, fs.ErrNotExist, "an update never creates a record")
-	assert.ErrorContains(t, err, "test ledger:")
+	assert.Equal(t, `{"attempt":"A1","pid":7}`, b)
+	_, err = started("A2")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a torn frame that names A1 is not A2's")
+
+	// Another attempt's started record cut short: started, unreadable.
+	tail("started A2 30\n{\"attempt\":")
+	b, err = started("A2")
+	require.NoError(t, err)
+	assert.Equal(t, `{"attempt":`, b)
+	_, err = l.Begin("op1", "A2", nil)
+	assert.ErrorIs(t, err, ledger.ErrStarted)
+
+	// A tail that names nobody: every attempt without a record reads as
+	// started; one with a record keeps it.
+	for _, torn := range []string{"star", "started A", "started A3 9999999999999\n", "\x00\x00\x00\x00"} {
+		tail(torn)
+		b, err = started("A3")
+		require.NoError(t, err, "%q", torn)
+		assert.Empty(t, b, "%q", torn)
+		b, err = started("A1")
+		require.NoError(t, err)
+		assert.Equal(t, `{"attempt":"A1","pid":7}`, b, "%q", torn)
+	}
+
+	// Kinds this version does not know are skipped.
+	tail("note A1 2\n{}\ndone A1 2\n{}\n")
+	res, err := l.Done("op1", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, `{}`, string(res))
+}
+
+// TestEarlierLayoutIsReadAndRemoved: a data dir written by a version that
+// kept a directory per op is read by recovery, listed, and removed by
+// Forget, beside ops in the present layout.
+func TestEarlierLayoutIsReadAndRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l := ledger.Ledger{Dir: dir, Name: "test"}
+	old := filepath.Join(dir, "op_old")
+	require.NoError(t, os.Mkdir(old, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(old, "A1.started"), []byte(`{"attempt":"A1"}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(old, "A1.done"), []byte(`{"ok":1}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(old, "A2.started"), []byte(`{"attempt":"A2"}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(old, ".A2.done.tmp-7"), nil, 0o600))
+	_, err := l.Begin("op_new", "A1", nil)
+	require.NoError(t, err)
+
+	b, err := l.Done("op_old", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"ok":1}`, string(b))
+	b, err = l.Started("op_old", "A2")
+	require.NoError(t, err)
+	assert.Equal(t, `{"attempt":"A2"}`, string(b))
+	_, err = l.Done("op_old", "A2")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+
+	kept, err := l.Kept()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"op_old", "op_new"}, kept)
+	require.NoError(t, l.Forget("op_old"))
+	require.NoError(t, l.Forget("op_new"))
+	require.NoError(t, l.Forget("op_none"), "forgetting an op with no records is no error")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries)
 }
 
 func TestIdsThatAreNoFileNameAreRefused(t *testing.T) {
 	l := ledger.Ledger{Dir: t.TempDir(), Name: "test"}
-	for _, bad := range [][2]string{{"", "A1"}, {"../x", "A1"}, {".hidden", "A1"}, {"op", "a/b"}, {"op", ""}} {
+	for _, bad := range [][2]string{{"", "A1"}, {"../x", "A1"}, {".hidden", "A1"}, {"op", "a/b"}, {"op", ""}, {"op", "a b"}, {"op", "a\nb"}} {
 		_, err := l.Begin(bad[0], bad[1], nil)
 		assert.ErrorContains(t, err, "test ledger:", "%q", bad)
 	}
@@ -129,11 +194,11 @@ func BenchmarkAttempt(b *testing.B) {
 			for b.Loop() {
 				op := "op" + strconv.Itoa(i)
 				i++
-				p, err := l.Begin(op, "A1", started)
+				r, err := l.Begin(op, "A1", started)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if err := l.Update(p, withPID); err != nil {
+				if err := r.Update(withPID); err != nil {
 					b.Fatal(err)
 				}
 				if err := l.Finish(op, "A1", done); err != nil {

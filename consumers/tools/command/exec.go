@@ -74,7 +74,7 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	log := e.log.With("op", c.OpID, "ws", c.Workspace, "attempt", c.Attempt)
 
-	startedPath, rec, err := e.begin(c.OpID, c.Attempt, a.Argv, time.Now())
+	record, rec, err := e.begin(c.OpID, c.Attempt, a.Argv, time.Now())
 	if errors.Is(err, ledger.ErrStarted) {
 		return nil, events.Errorf(events.CodeAmbiguous, "exec attempt %s was started before; it is never run again", c.Attempt)
 	}
@@ -83,12 +83,12 @@ func (e *Exec) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 	}
 	o, err := sp.run(ctx, a.Timeout(e.cfg.DefaultTimeout), func(pid int) {
 		rec.PID = pid
-		if err := e.spawned(startedPath, rec); err != nil {
+		if err := e.spawned(record, rec); err != nil {
 			log.Warn("exec: recording the pid", "err", err)
 		}
 	})
 	if err != nil {
-		if aerr := e.ledger.Abandon(startedPath); aerr != nil {
+		if aerr := record.Abandon(); aerr != nil {
 			// Left in place, the record makes a recovery say ambiguous
 			// for a call that never ran: wrong, but never a second run.
 			log.Error("exec: removing the record of an attempt that never started", "err", aerr)

@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/internal/ledger"
 )
 
-// The ledger (internal/ledger) holds, per attempt, <attempt>.started,
-// written and synced before the process is spawned and rewritten with
-// the pid once it is (without fsync: a crash loses only the pid), and
-// <attempt>.done, the result, after the process exited.
+// The ledger (internal/ledger) holds, per attempt, a started record,
+// written and synced before the process is spawned and written again with
+// the pid once it is (without fsync: a crash loses only the pid), and the
+// result, after the process exited.
 
-// started is the content of <attempt>.started.
+// started is the content of an attempt's started record.
 type started struct {
 	Attempt    string    `json:"attempt"`
 	ArgvSHA256 string    `json:"argv_sha256"`
@@ -30,17 +31,17 @@ type started struct {
 
 // begin durably records that op's attempt is about to spawn argv. It
 // fails with ledger.ErrStarted if the attempt has a record already.
-func (e *Exec) begin(op, attempt string, argv []string, at time.Time) (string, started, error) {
+func (e *Exec) begin(op, attempt string, argv []string, at time.Time) (ledger.Record, started, error) {
 	rec := started{Attempt: attempt, ArgvSHA256: argvDigest(argv), StartedAt: at.UTC()}
 	b, _ := json.Marshal(rec)
-	p, err := e.ledger.Begin(op, attempt, b)
-	return p, rec, err
+	r, err := e.ledger.Begin(op, attempt, b)
+	return r, rec, err
 }
 
-// spawned replaces the started record by one with the pid.
-func (e *Exec) spawned(p string, rec started) error {
+// spawned records the started record again, with the pid.
+func (e *Exec) spawned(r ledger.Record, rec started) error {
 	b, _ := json.Marshal(rec)
-	return e.ledger.Update(p, b)
+	return r.Update(b)
 }
 
 func argvDigest(argv []string) string {

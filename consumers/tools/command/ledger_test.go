@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/tools/command"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/failpoint"
+	"github.com/airlock-dev/airlock/internal/ledger"
 )
 
 const crashHelperEnv = "AIRLOCK_EXEC_CRASH_HELPER"
@@ -58,7 +60,7 @@ func TestRecoverDone(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, executor.Done, rec.Action)
 	assert.Equal(t, string(out), string(rec.Result))
-	assert.ElementsMatch(t, []string{c.OpID, c.OpID + "/" + c.Attempt + ".started", c.OpID + "/" + c.Attempt + ".done"}, f.ledgerEntries(t))
+	assert.Equal(t, []string{c.OpID + ".attempts"}, f.ledgerEntries(t), "one file per op")
 
 	// Another attempt of the same op that never started is its own story.
 	rec, err = f.e.Recover(context.Background(), c, executor.Lost{Attempt: "other-attempt", Own: true})
@@ -71,7 +73,7 @@ func TestCrashMidExecIsAmbiguous(t *testing.T) {
 	c := call(t, "w", argv("true"))
 	helper := startHelper(t, f, c, mustJSON(t, argv("sh", "-c", "echo $$ > pid; exec sleep 30")))
 	pidFile := filepath.Join(f.root, "pid")
-	started := filepath.Join(f.ledger, c.OpID, c.Attempt+".started")
+	started := filepath.Join(f.ledger, c.OpID+".attempts")
 	var childPID int
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(pidFile)
@@ -88,7 +90,8 @@ func TestCrashMidExecIsAmbiguous(t *testing.T) {
 	// The child dies with its parent (Pdeathsig), and the ledger shows an
 	// attempt started without an exit.
 	waitGone(t, []int{childPID})
-	assert.NoFileExists(t, filepath.Join(f.ledger, c.OpID, c.Attempt+".done"))
+	_, err := (ledger.Ledger{Dir: f.ledger}).Done(c.OpID, c.Attempt)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "no result recorded")
 	rec, err := f.e.Recover(context.Background(), c, executor.Lost{Attempt: c.Attempt, Own: true})
 	require.NoError(t, err)
 	assert.Equal(t, executor.Ambiguous, rec.Action)
@@ -144,6 +147,9 @@ func TestCrashAfterEffectIsDone(t *testing.T) {
 	assert.Equal(t, 0, r.ExitCode)
 }
 
+// TestRecoverCraftedLedger reads records in the layout of earlier
+// versions (a directory per op), which a data dir may still hold after an
+// upgrade: recovery decides from them as it did.
 func TestRecoverCraftedLedger(t *testing.T) {
 	f := newFixture(t)
 	c := call(t, "w", argv("true"))

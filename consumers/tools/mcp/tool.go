@@ -94,7 +94,7 @@ func (t *Tool) Execute(ctx context.Context, c executor.Call) (json.RawMessage, e
 		// refuses to start a call on a closing connection): nothing was
 		// sent, and the record goes.
 		t.u.drop(s)
-		if aerr := t.ledger.Abandon(startedAt); aerr != nil {
+		if aerr := startedAt.Abandon(); aerr != nil {
 			// Left in place, the record makes a recovery say ambiguous
 			// for a call that was never sent: wrong, but never twice.
 			log.Error("mcp: removing the record of a call that was never sent", "err", aerr)

@@ -111,22 +111,21 @@ func (l Ledger) Finish(op, attempt string, result []byte) error {
 		return err
 	}
 	fd, err := openFile(p, syscall.O_WRONLY|syscall.O_APPEND)
+	created := false
 	if err == syscall.ENOENT {
 		// No started record here (a caller that did not Begin): the
 		// file is new, and so is its directory entry.
 		fd, err = openFile(p, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_APPEND)
-		if err == nil {
-			if err := writeClose(fd, appendFrame(nil, kindDone, attempt, result), !l.NoSync); err != nil {
-				return l.errorf("write %s: %w", p, err)
-			}
-			return l.syncDir(l.Dir)
-		}
+		created = true
 	}
 	if err != nil {
 		return l.errorf("open %s: %w", p, err)
 	}
 	if err := writeClose(fd, appendFrame(nil, kindDone, attempt, result), !l.NoSync); err != nil {
 		return l.errorf("write %s: %w", p, err)
+	}
+	if created {
+		return l.syncDir(l.Dir)
 	}
 	return nil
 }
@@ -146,17 +145,7 @@ func (l Ledger) append(p string, frame []byte, sync bool) error {
 // Done returns the result Finish recorded for op's attempt, or an error
 // matching fs.ErrNotExist when there is none.
 func (l Ledger) Done(op, attempt string) ([]byte, error) {
-	p, found, err := l.read(op, attempt)
-	switch {
-	case err != nil:
-		return nil, err
-	case !found:
-		return l.readOld(op, attempt, ".done")
-	}
-	if b, ok := p.doneOf(attempt); ok {
-		return b, nil
-	}
-	return nil, l.errorf("no result of attempt %s: %w", attempt, fs.ErrNotExist)
+	return l.lookup(op, attempt, ".done", "result", parsed.doneOf)
 }
 
 // Started returns the started record of op's attempt, or an error
@@ -164,17 +153,23 @@ func (l Ledger) Done(op, attempt string) ([]byte, error) {
 // crash is returned as far as it goes (it may not parse): it is a started
 // record all the same.
 func (l Ledger) Started(op, attempt string) ([]byte, error) {
+	return l.lookup(op, attempt, ".started", "started record", parsed.startedOf)
+}
+
+// lookup finds one record of op's attempt with of in op's file, or, when
+// the op has none, in the earlier layout's <op>/<attempt><oldSuffix>.
+func (l Ledger) lookup(op, attempt, oldSuffix, what string, of func(parsed, string) ([]byte, bool)) ([]byte, error) {
 	p, found, err := l.read(op, attempt)
 	switch {
 	case err != nil:
 		return nil, err
 	case !found:
-		return l.readOld(op, attempt, ".started")
+		return l.readOld(op, attempt, oldSuffix)
 	}
-	if b, ok := p.startedOf(attempt); ok {
+	if b, ok := of(p, attempt); ok {
 		return b, nil
 	}
-	return nil, l.errorf("no started record of attempt %s: %w", attempt, fs.ErrNotExist)
+	return nil, l.errorf("no %s of attempt %s: %w", what, attempt, fs.ErrNotExist)
 }
 
 // read parses op's file; found is false when it has none.

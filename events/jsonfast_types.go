@@ -151,6 +151,14 @@ func (w *jwriter) started(s *Started) bool {
 		in.end()
 		w.b = in.b
 	}
+	if d := s.Decision; d != nil {
+		w.key("decision")
+		in := jwriter{b: w.b}
+		if !in.decided(d) {
+			return false
+		}
+		w.b = in.b
+	}
 	w.end()
 	return true
 }
@@ -423,6 +431,13 @@ func (r *jreader) started(s *Started) bool {
 			}
 			s.Claim = c
 			return 5
+		case "decision":
+			d := new(Decided)
+			if !r.decided(d) {
+				return 0
+			}
+			s.Decision = d
+			return 6
 		}
 		return 0
 	})

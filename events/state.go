@@ -172,6 +172,10 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 		op.claim(d.Attempt, &d.Claim, at)
 		op.Started = false
 	case *Started:
+		if d.Decision != nil {
+			op.summary(d.Decision.Request)
+			op.PolicyHash, op.Reason, op.Rule = d.Decision.PolicyHash, d.Decision.Reason, d.Decision.Rule
+		}
 		if d.Claim != nil {
 			op.claim(d.Attempt, d.Claim, at)
 		}
@@ -252,6 +256,15 @@ func (op *Op) next(data any) (State, error) {
 		}
 		return bad("claimed")
 	case *Started:
+		if d.Decision != nil {
+			// The op's first event, allowed and started at once by the
+			// gate's own process (ADR 0025): as decided would, then a
+			// first claim and its start.
+			if first(d.Decision.Request) && d.Claim != nil && d.Claim.Recovers == "" && d.Decision.OpHeader == d.OpHeader {
+				return StateExecuting, nil
+			}
+			return bad("started with a decision")
+		}
 		if d.Claim != nil {
 			// Claims the op and starts the attempt at once: as claimed
 			// would, then started.

@@ -48,20 +48,25 @@ func stateEvents() map[string]any {
 		"claiming a1":          &events.Started{OpHeader: stateHdr, Attempt: "a1", Claim: &events.Claim{Executor: "send_email", WorkSeq: 50, Delivery: 1, Instance: "i1", Host: "h1"}},
 		"claiming a2 recov a1": &events.Started{OpHeader: stateHdr, Attempt: "a2", Claim: &events.Claim{Executor: "send_email", Recovers: "a1", WorkSeq: 50, Delivery: 2}},
 		"claiming a2 recov zz": &events.Started{OpHeader: stateHdr, Attempt: "a2", Claim: &events.Claim{Executor: "send_email", Recovers: "zz", WorkSeq: 50, Delivery: 2}},
-		"started a1":           &events.Started{OpHeader: stateHdr, Attempt: "a1"},
-		"started zz":           &events.Started{OpHeader: stateHdr, Attempt: "zz"},
-		"completed a1":         &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
-		"completed zz":         &events.Completed{OpHeader: stateHdr, Attempt: "zz", ResultDigest: "sha256:r2", ResultBytes: 2},
-		"completed":            &events.Completed{OpHeader: stateHdr, ResultDigest: "sha256:r2", ResultBytes: 2},
-		"failed":               &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
-		"failed a1":            &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
-		"failed zz":            &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
-		"ambiguous a1":         &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
-		"ambiguous zz":         &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
-		"scrubbed":             &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
-		"completed a1 kept":    &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, KeptUntil: &keptUntil},
-		"result_erased":        &events.ResultErased{OpHeader: stateHdr, Reason: events.ErasedExpired, ResultDigest: "sha256:r1", ResultBytes: 13},
-		"result_erased blank":  &events.ResultErased{OpHeader: stateHdr, ResultDigest: "sha256:r1", ResultBytes: 13},
+		// A started event that is the op's first event, carrying the
+		// decision (ADR 0025).
+		"starting a1": &events.Started{OpHeader: stateHdr, Attempt: "a1",
+			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary(), PolicyHash: "sha256:p1", Reason: "tool allowed"},
+			Claim:    &events.Claim{Executor: "send_email", WorkSeq: 41, Delivery: 1, Consumer: "airlock-gate", Instance: "i1", Host: "h1"}},
+		"started a1":          &events.Started{OpHeader: stateHdr, Attempt: "a1"},
+		"started zz":          &events.Started{OpHeader: stateHdr, Attempt: "zz"},
+		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
+		"completed zz":        &events.Completed{OpHeader: stateHdr, Attempt: "zz", ResultDigest: "sha256:r2", ResultBytes: 2},
+		"completed":           &events.Completed{OpHeader: stateHdr, ResultDigest: "sha256:r2", ResultBytes: 2},
+		"failed":              &events.Failed{OpHeader: stateHdr, Code: events.CodeRequestUnavailable, Message: "args gone"},
+		"failed a1":           &events.Failed{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeExecutorFailed, Message: "smtp 550"},
+		"failed zz":           &events.Failed{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeExecutorFailed, Message: "late"},
+		"ambiguous a1":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "a1", Code: events.CodeAmbiguous, Known: "request sent, no reply"},
+		"ambiguous zz":        &events.Ambiguous{OpHeader: stateHdr, Attempt: "zz", Code: events.CodeAmbiguous, Known: "?"},
+		"scrubbed":            &events.Scrubbed{OpHeader: stateHdr, RequestSeq: 41},
+		"completed a1 kept":   &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, KeptUntil: &keptUntil},
+		"result_erased":       &events.ResultErased{OpHeader: stateHdr, Reason: events.ErasedExpired, ResultDigest: "sha256:r1", ResultBytes: 13},
+		"result_erased blank": &events.ResultErased{OpHeader: stateHdr, ResultDigest: "sha256:r1", ResultBytes: 13},
 	}
 }
 
@@ -77,6 +82,7 @@ var stateHistories = map[string][]string{
 	"executing":          {"decided+summary", "claimed a1"},
 	"started":            {"decided+summary", "claimed a1", "started a1"},
 	"claimed by started": {"decided+summary", "claiming a1"},
+	"started by gate":    {"starting a1"},
 	"completed started":  {"decided+summary", "claimed a1", "started a1", "completed a1"},
 	"completed":          {"decided+summary", "claimed a1", "completed a1"},
 	"failed":             {"decided+summary", "failed"},
@@ -99,6 +105,7 @@ var allowed = map[string]map[string]events.State{
 		"decided+summary": events.StateReady,
 		"held+summary":    events.StateHeld,
 		"denied+summary":  events.StateDenied,
+		"starting a1":     events.StateExecuting,
 	},
 	"ready": {
 		"claimed a1":           events.StateExecuting,
@@ -166,6 +173,9 @@ var allowed = map[string]map[string]events.State{
 
 func init() {
 	allowed["ready after grant"] = allowed["ready"]
+	// An op its gate's process started goes on as one claimed by a
+	// started event does.
+	allowed["started by gate"] = allowed["claimed by started"]
 }
 
 // opAfter applies the named history to a fresh op, one second apart with
@@ -250,6 +260,18 @@ func TestApplyForbidden(t *testing.T) {
 		{name: "claiming started twice", history: "claimed by started", ev: evs["claiming a1"], msg: "started not allowed in state executing"},
 		{name: "started again after it claimed", history: "claimed by started", ev: evs["started a1"], msg: "started not allowed in state executing"},
 		{name: "claiming recovery of another attempt", history: "claimed by started", ev: evs["claiming a2 recov zz"], msg: "started not allowed in state executing"},
+		{name: "started with a decision after decided", history: "ready", ev: evs["starting a1"], msg: "started with a decision not allowed in state ready"},
+		{name: "started with a decision twice", history: "started by gate", ev: evs["starting a1"], msg: "started with a decision not allowed in state executing"},
+		{name: "started with a decision after a grant", history: "granted", ev: evs["starting a1"], msg: "started with a decision not allowed in state granted"},
+		{name: "started with a decision but no claim", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
+			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary()}}, msg: "started with a decision cannot start an op"},
+		{name: "started with a decision that recovers", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a2",
+			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary()}, Claim: &events.Claim{Executor: "send_email", Recovers: "a1"}}, msg: "started with a decision cannot start an op"},
+		{name: "started with a decision of another op", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
+			Decision: &events.Decided{OpHeader: events.OpHeader{OpID: "op_00000000000000000000000000000000", Workspace: "acme"}, Request: testSummary()},
+			Claim:    &events.Claim{Executor: "send_email"}}, msg: "started with a decision cannot start an op"},
+		{name: "started with a decision without summary", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
+			Decision: &events.Decided{OpHeader: stateHdr}, Claim: &events.Claim{Executor: "send_email"}}, msg: "started with a decision cannot start an op"},
 		{name: "claiming started while held", history: "held", ev: evs["claiming a1"], msg: "started not allowed in state held"},
 		{name: "claimed while held", history: "held", ev: evs["claimed a1"], msg: "claimed not allowed in state held"},
 		{name: "expired after grant", history: "granted", ev: evs["expired"], msg: "expired not allowed in state granted"},
@@ -349,6 +371,18 @@ func TestApplyFields(t *testing.T) {
 			assert.Equal(t, "sha256:p1", op.PolicyHash)
 			assert.Equal(t, "tool allowed", op.Reason)
 			assert.Empty(t, op.HoldID)
+		}},
+		{name: "started with a decision records it and the claim", history: "new", ev: "starting a1", check: func(t *testing.T, op *events.Op) {
+			assert.Equal(t, sum.Agent, op.Agent)
+			assert.Equal(t, sum.Tool, op.Tool)
+			assert.Equal(t, sum.Fingerprint, op.Fingerprint)
+			assert.Equal(t, sum.ArgsDigest, op.ArgsDigest)
+			assert.Equal(t, sum.RequestSeq, op.RequestSeq)
+			assert.Equal(t, "sha256:p1", op.PolicyHash)
+			assert.Equal(t, "tool allowed", op.Reason)
+			assert.Equal(t, "a1", op.Attempt)
+			assert.Equal(t, 1, op.Attempts)
+			assert.True(t, op.Started)
 		}},
 		{name: "held records the hold", history: "new", ev: "held+summary", check: func(t *testing.T, op *events.Op) {
 			assert.Equal(t, "hold_1", op.HoldID)

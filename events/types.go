@@ -214,7 +214,9 @@ type Claim struct {
 // calls the executor only once it is stored. With a Claim (ADR 0023) it
 // also takes the op for the attempt, appended against the decided event
 // (or, for a recovery, the lost attempt's newest event); without one it
-// follows the attempt's claimed event. An attempt without a started
+// follows the attempt's claimed event. With a Decision it is the op's
+// first event (ADR 0025): the gate allowed the op and its own process
+// started it, without a decided event. An attempt without a started
 // event never reached its side effect, which every process of a
 // deployment can read; an attempt with one may have taken effect, and is
 // run again only on evidence that it did not.
@@ -230,6 +232,10 @@ type Started struct {
 	// Claim is the claim this event makes; nil when a claimed event
 	// made it.
 	Claim *Claim `json:"claim,omitempty"`
+	// Decision is the gate's decision, as a decided event would carry it,
+	// when this event is the op's first; nil otherwise. Its op and
+	// workspace are the event's own.
+	Decision *Decided `json:"decision,omitempty"`
 }
 
 // Completed records that the op ran and returned a result. Terminal. The

@@ -149,12 +149,17 @@ func TestClusterAirlockKilled(t *testing.T) {
 		out := submitUntilEnd(t, c, d.execRequest(1), time.Minute)
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
+		// The other process's gate took the request again and started
+		// the op itself (ADR 0025).
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "started", "completed"}, typesOf(evs))
-		claim := evs[1].Data.(*events.Started).Claim
+		require.Equal(t, []string{"started", "completed"}, typesOf(evs))
+		first := evs[0].Data.(*events.Started)
+		require.NotNil(t, first.Decision, "the first event carries the decision")
+		claim := first.Claim
 		require.NotNil(t, claim)
 		assert.Empty(t, claim.Recovers, "the dead process stored nothing to recover")
-		assert.Greater(t, claim.Delivery, uint64(1), "a redelivery of the decided event")
+		assert.Greater(t, claim.Delivery, uint64(1), "a redelivery of the request")
+		assert.Equal(t, streams.GateConsumer, claim.Consumer)
 		assert.Equal(t, instanceOf(t, d.dirs[1]), claim.Instance, "the other process ran it")
 		assert.Empty(t, ledgerLeft(t, d.dirs[1]))
 	})
@@ -173,8 +178,8 @@ func TestClusterAirlockKilled(t *testing.T) {
 		assert.Equal(t, events.StateAmbiguous, out.State, out.Message)
 		assert.Equal(t, events.CodeAmbiguous, out.Code)
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "started", "ambiguous"}, typesOf(evs))
-		amb := evs[2].Data.(*events.Ambiguous)
+		require.Equal(t, []string{"started", "ambiguous"}, typesOf(evs))
+		amb := evs[1].Data.(*events.Ambiguous)
 		host, _ := os.Hostname()
 		assert.Equal(t, instanceOf(t, d.dirs[0]), amb.Instance, "names the instance that held the attempt")
 		assert.Equal(t, events.CleanHost(host), amb.Host)
@@ -203,10 +208,10 @@ func TestClusterAirlockKilled(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{3: 1}, d.markerCounts(t))
 		evs := opEvents(t, js, op)
-		require.Equal(t, []string{"decided", "started", "completed"}, typesOf(evs))
-		done := evs[2].Data.(*events.Completed)
+		require.Equal(t, []string{"started", "completed"}, typesOf(evs))
+		done := evs[1].Data.(*events.Completed)
 		assert.True(t, done.Recovered)
-		assert.Equal(t, evs[1].Data.(*events.Started).Attempt, done.Attempt, "the lost attempt's own outcome")
+		assert.Equal(t, evs[0].Data.(*events.Started).Attempt, done.Attempt, "the lost attempt's own outcome")
 		waitFor(t, time.Minute, "no ledger left", func() bool {
 			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
 		})
@@ -234,7 +239,7 @@ func TestClusterLeaderKilled(t *testing.T) {
 		node.start(t)
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{1: 1}, d.markerCounts(t))
-		assert.Equal(t, []string{"decided", "started", "completed"}, typesOf(opEvents(t, js, op)))
+		assert.Equal(t, []string{"started", "completed"}, typesOf(opEvents(t, js, op)))
 	})
 	t.Run("after the outcome append", func(t *testing.T) {
 		d := prepareDeployment(t, 2, "--claim-timeout", "3s")
@@ -253,14 +258,14 @@ func TestClusterLeaderKilled(t *testing.T) {
 		})
 		node := d.cluster.node(leader(js, streams.Ops))
 		require.NotNil(t, node)
-		node.kill() // before the process acks the decided event
+		node.kill() // before the process acks the request (its work item)
 		out := submitUntilEnd(t, c, req, 2*time.Minute)
 		node.start(t)
 		assert.Equal(t, events.StateCompleted, out.State, out.Message)
 		assert.Equal(t, map[int]int{2: 1}, d.markerCounts(t))
 		// A redelivery after the lost ack finds the op ended.
 		time.Sleep(4 * time.Second)
-		assert.Equal(t, []string{"decided", "started", "completed"}, typesOf(opEvents(t, js, op)))
+		assert.Equal(t, []string{"started", "completed"}, typesOf(opEvents(t, js, op)))
 		waitFor(t, time.Minute, "no ledger left", func() bool {
 			return len(ledgerLeft(t, d.dirs[0]))+len(ledgerLeft(t, d.dirs[1])) == 0
 		})

@@ -163,9 +163,10 @@ func TestNATSCLI(t *testing.T) {
 	defer cancel()
 
 	// A subscription running while one op goes through: the request and
-	// its three op events, decided, started, completed, each with its
-	// CloudEvents headers; then each op event again as the stream
-	// republishes it once stored (airlock.v1.live.>).
+	// its two op events, started (the gate's, with the decision: ADR
+	// 0025) and completed, each with its CloudEvents headers; then each op
+	// event again as the stream republishes it once stored
+	// (airlock.v1.live.>).
 	wait := s.natsSub(t, ctx, authority.ServiceName, "airlock.v1.>", "airlock.v1.probe")
 	stdout, stderr, code := s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":1}`, "--json")
 	require.Equal(t, exitOK, code, stderr)
@@ -177,12 +178,12 @@ func TestNATSCLI(t *testing.T) {
 	want := []string{
 		`Received on "airlock.v1.req.team.agent"`,
 		"ce-type: dev.airlock.tool.requested.v1",
-		`Received on "airlock.v1.op.team.` + opID + `.echo.decided"`,
-		"ce-type: dev.airlock.op.decided.v1",
+		`Received on "airlock.v1.op.team.` + opID + `.echo.started"`,
+		"ce-type: dev.airlock.op.started.v1",
 		"ce-source: airlock/gate",
 		"ce-subject: " + opID,
 		"ce-specversion: 1.0",
-		`.echo.started"`,
+		`"decision":{`,
 		`.echo.completed"`,
 		"ce-type: dev.airlock.op.completed.v1",
 		`Received on "airlock.v1.live.op.team.` + opID + `.echo.completed"`,
@@ -198,13 +199,13 @@ func TestNATSCLI(t *testing.T) {
 	for _, stream := range []string{"AIRLOCK_REQUESTS", "AIRLOCK_OPS", "KV_airlock-audit"} {
 		assert.Contains(t, out, stream)
 	}
-	// The ops stream holds the op's three events and the policy loaded
-	// at start; the row says so.
+	// The ops stream holds the op's two events and the policy loaded at
+	// start; the row says so.
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "AIRLOCK_OPS") {
 			cells := strings.FieldsFunc(line, func(r rune) bool { return r == '│' || r == '|' })
 			require.GreaterOrEqual(t, len(cells), 5, line)
-			assert.Equal(t, "4", strings.TrimSpace(cells[4]), "messages of AIRLOCK_OPS: %s", line)
+			assert.Equal(t, "3", strings.TrimSpace(cells[4]), "messages of AIRLOCK_OPS: %s", line)
 		}
 	}
 
@@ -223,7 +224,7 @@ func TestNATSCLI(t *testing.T) {
 	wait = s.natsSub(t, ctx, "auditor", "airlock.v1.live.op.>", "airlock.v1.live.op.probe")
 	_, stderr, code = s.run(t, "submit", "--ws", "team", "--agent", "agent", "--tool", "echo", "--args", `{"n":2}`)
 	require.Equal(t, exitOK, code, stderr)
-	got = wait("ce-type: dev.airlock.op.decided.v1", "ce-type: dev.airlock.op.completed.v1", "Nats-Stream: AIRLOCK_OPS")
+	got = wait("ce-type: dev.airlock.op.started.v1", "ce-type: dev.airlock.op.completed.v1", "Nats-Stream: AIRLOCK_OPS")
 	assert.Contains(t, got, "ce-type: dev.airlock.op.completed.v1")
 	assert.NotContains(t, got, "airlock.v1.req.")
 	for _, refused := range []string{"airlock.v1.req.>", "airlock.v1.op.>"} {

@@ -137,7 +137,7 @@ func TestProgressBench(t *testing.T) {
 	assert.Regexp(t, `^paced +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[1])
 	assert.Regexp(t, `^16 in flight +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[2])
 	assert.Regexp(t, `^result fetch +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[3])
-	assert.Regexp(t, `^raw publish +\[={24}\] 200/200 100%  \S+/s  in \S+ *\n$`, finals[4])
+	assert.Regexp(t, `^raw publish +\[={24}\] 160/160 100%  \S+/s  in \S+ *\n$`, finals[4])
 	assert.Regexp(t, `^raw, paced +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[5])
 	assert.Regexp(t, `^no results kept +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[6])
 	// The bars line up.
@@ -161,7 +161,7 @@ func TestProgressReplay(t *testing.T) {
 	var n int
 	_, err := fmt.Sscanf(out, "replayed %d events", &n)
 	require.NoError(t, err, out)
-	require.GreaterOrEqual(t, n, 9, "3 events an op: decided, started, completed")
+	require.GreaterOrEqual(t, n, 6, "2 events an op: started (with the decision), completed")
 	assert.Empty(t, errOut)
 
 	out, tty, code := runOnTerminal(t, []string{"TERM=xterm"}, "replay", "--into", filepath.Join(t.TempDir(), "tty"),

@@ -8,7 +8,6 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
-	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nuid"
 )
 
@@ -82,8 +81,8 @@ func (r *Runner) conflict(ctx context.Context, ex Executor, j *job) (own uint64,
 	switch {
 	case lost.started != nil && lost.attempt == j.call.Attempt && j.call.Attempt != "":
 		return last.Seq, nil
-	case c.WorkSeq != j.d.workSeq || c.Consumer != streams.ExecutorConsumer(r.cfg.Group, ex.Tool()):
-		return 0, nil // claimed through another decided event, or another group
+	case c.WorkSeq != j.d.workSeq || c.Consumer != j.d.consumer:
+		return 0, nil // claimed through another work item, or another group
 	case (c.Runner == "" || c.Runner == r.id) && c.Delivery >= j.d.n:
 		// This runner (or, for claims that name none, some runner) holds
 		// a newer delivery of this event. A claim by another runner whose

@@ -33,6 +33,9 @@ type Runner struct {
 	ops      jetstream.Stream
 	requests jetstream.Stream
 	inflight inflight
+	// direct bounds the ops the gate of this process runs at once
+	// (Start): Loops × Workers, as the runner's own consumers of one tool.
+	direct chan struct{}
 
 	provisioned sync.Once
 	consumers   map[string]jetstream.Consumer // by tool
@@ -49,7 +52,10 @@ func NewRunner(cfg Config) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	return &Runner{cfg: cfg, w: w, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}}}, nil
+	return &Runner{
+		cfg: cfg, w: w, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}},
+		direct: make(chan struct{}, cfg.Loops*cfg.Workers),
+	}, nil
 }
 
 // Instance is the instance id the runner's claims carry.
@@ -372,7 +378,7 @@ func (r *Runner) newJob(m jetstream.Msg) *job {
 	}
 	return &job{
 		m:   m,
-		d:   delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered},
+		d:   delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered, consumer: streams.ExecutorConsumer(r.cfg.Group, item.Tool)},
 		log: r.cfg.Logger.With("op", item.OpID, "ws", item.Workspace),
 	}
 }
@@ -421,7 +427,7 @@ func (r *Runner) each(jobs []*job, f func(*job)) {
 func (r *Runner) claim(ex Executor, d delivery, recovers string) *events.Claim {
 	return &events.Claim{
 		Executor: ex.Tool(), Recovers: recovers,
-		WorkSeq: d.workSeq, Delivery: d.n, Consumer: streams.ExecutorConsumer(r.cfg.Group, ex.Tool()),
+		WorkSeq: d.workSeq, Delivery: d.n, Consumer: d.consumer,
 		Runner: r.id, Instance: r.cfg.Instance, Host: r.cfg.Host,
 	}
 }
@@ -436,11 +442,13 @@ var (
 	errDefer      = errors.New("executor: waiting for the attempt's own instance")
 )
 
-// delivery is one delivery of a decided event.
+// delivery is one delivery of an op's work item: its decided event, or
+// the request of an op the gate's process started (ADR 0025).
 type delivery struct {
-	item    work
-	workSeq uint64 // the decided event's sequence in AIRLOCK_OPS
-	n       uint64 // its delivery count
+	item     work
+	workSeq  uint64 // the work item's stream sequence
+	n        uint64 // its delivery count
+	consumer string // the durable consumer that delivered it
 }
 
 func (r *Runner) append(ctx context.Context, item work, expect uint64, t events.Type, data any) (uint64, error) {

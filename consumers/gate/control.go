@@ -73,7 +73,7 @@ func (g *Gate) handleControl(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	ms := &events.ModeSet{Workspace: ws, Mode: c.Mode, Actor: who.Name, ActorKey: who.Key, Reason: c.Reason, ExpiresAt: c.ExpiresAt}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	seq, err := g.record(ctx, events.ModeSubject(ws), events.TypeModeSet, ws, ms)
 	if err != nil {

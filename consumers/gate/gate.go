@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -18,6 +20,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -59,6 +62,12 @@ type Config struct {
 	// there are given to Handoff, for them (see internal/handoff).
 	Local   func(ws, tool string) bool
 	Handoff *handoff.Args
+	// Starter, when set, starts in this process the ops that run now and
+	// whose tool it serves (Local), where the executor allows it: their
+	// first event is a started event carrying the decision, and the
+	// request's delivery is held until the op has ended (ADR 0025). Nil:
+	// every such op is decided, for the runners' consumers.
+	Starter Starter
 	// Results, when set, holds completed ops' sealed results: the answer
 	// to a retry of a completed op carries its result while it is kept.
 	Results *results.Store
@@ -69,14 +78,35 @@ type Config struct {
 	Loops int
 	// MaxBatch bounds the requests of one batch; default 256.
 	MaxBatch int
-	// AckWait is how long a request may be in hand before JetStream
-	// redelivers it; default 30s.
+	// AckWait is how long a request (or a grant to resume) may go
+	// without a heartbeat before JetStream delivers it again: the claim
+	// timeout of the ops this process starts; default 30s.
 	AckWait time.Duration
+	// Timeout bounds one step: a batch's appends, a resolution, a
+	// control, a resume; default 15s.
+	Timeout time.Duration
 	// RetryDelay is the redelivery delay after a transient failure;
 	// default 1s.
 	RetryDelay time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// Starter is this process's runner, as the gate starts ops through it
+// (consumers/executor.Runner; ADR 0025).
+type Starter interface {
+	// Start reserves a place for an op of tool; false: decide it instead.
+	Start(tool string) (release func(), ok bool)
+	// StartClaim is the claim of an op's first attempt, made through
+	// delivery n of the request stored at reqSeq.
+	StartClaim(tool string, reqSeq, n uint64) *events.Claim
+	// RunStarted runs the attempt of the stored first event, which is
+	// stored at seq, and stores its outcome: nil means the request is
+	// acked.
+	RunStarted(ctx context.Context, first *events.Started, seq uint64, args json.RawMessage, replyTo string) error
+	// Recover settles a delivery of the request of an op started so and
+	// not ended when the gate read it.
+	Recover(ctx context.Context, m jetstream.Msg, first *events.Started, args json.RawMessage, replyTo string)
 }
 
 // EnsureDefaults fills in the defaults of what is unset.
@@ -89,6 +119,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 15 * time.Second
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
@@ -127,6 +160,10 @@ type Gate struct {
 	ready  chan struct{}
 	// resumed is the grants this gate resumed when it appended them.
 	resumed resumedSet
+	// inHand is the requests of the ops this gate's process runs (Starter),
+	// kept in progress until each op has ended; running counts those ops.
+	inHand  held
+	running sync.WaitGroup
 }
 
 // New returns a gate.
@@ -268,7 +305,13 @@ func (g *Gate) runRequests(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}
-	return pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
+	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeats()
+	go g.inHand.beat(bctx, g.cfg.AckWait/3)
+	err = pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
+	// The ops in hand end (or stop, as ctx has ended) before the beats.
+	g.running.Wait()
+	return err
 }
 
 // consumer creates or updates one of the gate's durable consumers, trying
@@ -289,13 +332,17 @@ type admission struct {
 	append *oplog.Pending
 	reply  *events.Reply // nil: the executor answers
 	done   bool          // settled (acked or naked)
+	// started is the op's first event when this process starts the op
+	// (Config.Starter), and release gives back its place.
+	started *events.Started
+	release func()
 }
 
 // handleBatch settles a batch of request messages with one round trip in
 // all: the ops' first events are appended together, then every request is
 // acked.
 func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
-	wctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	adms := make([]*admission, 0, len(msgs))
 	for _, m := range msgs {
@@ -307,18 +354,32 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		seq, err := a.append.Wait(wctx, g.ops)
 		copyOf := false // the message is a second copy of an op's request
 		held := false   // the op is held, and this message is its request
+		if err != nil && a.release != nil {
+			a.release()
+			a.release = nil
+		}
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
-			r, reqSeq, err := g.existing(wctx, a.req, a.opID)
+			ex, err := g.existing(wctx, a.req, a.opID)
 			if err != nil {
 				g.retry(a.m, "existing "+a.opID, err)
 				continue
 			}
-			a.reply = &r
-			copyOf = reqSeq != 0 && reqSeq != a.reqSeq
-			held = r.State == events.StateHeld && reqSeq == a.reqSeq
+			a.reply = &ex.reply
+			copyOf = ex.reqSeq != 0 && ex.reqSeq != a.reqSeq
+			held = ex.reply.State == events.StateHeld && ex.reqSeq == a.reqSeq
+			if ex.started != nil && ex.reqSeq == a.reqSeq {
+				// The op's work item is this very message (ADR 0025),
+				// delivered again: its attempt may be lost.
+				g.reply(replyTo(a.m), *a.reply)
+				g.recover(ctx, a, ex.started)
+				continue
+			}
 		case err != nil:
 			g.retry(a.m, "admit "+a.opID, err)
+			continue
+		case a.started != nil:
+			g.runStarted(ctx, a, seq)
 			continue
 		default:
 			if r, ok := events.StatusReply(a.append.Data()); ok {
@@ -405,9 +466,21 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 		a.state = events.StateDenied
 	}
 	if typ == events.TypeDecided && g.cfg.Local != nil && g.cfg.Local(req.Workspace, req.Tool) {
-		// Before the append: an executor may read the decided event
-		// before the gate hears that it is stored.
-		g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
+		if release, ok := g.startHere(req.Tool); ok {
+			// Allowed, and this process starts it: the first event is
+			// its started event, carrying the decision (ADR 0025).
+			d := data.(*events.Decided)
+			a.started = &events.Started{
+				OpHeader: d.OpHeader, Attempt: nuid.Next(), Decision: d,
+				Claim: g.cfg.Starter.StartClaim(req.Tool, a.reqSeq, md.NumDelivered),
+			}
+			a.release, typ, data, a.state = release, events.TypeStarted, a.started, events.StateExecuting
+			failpoint.Hit(failpoint.BeforeStart, req.Tool)
+		} else {
+			// Before the append: an executor may read the decided event
+			// before the gate hears that it is stored.
+			g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
+		}
 	}
 	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}
 	a.append = g.w.Start(op, 0, typ, Source, data, oplog.ReplyTo(replyTo(m)))
@@ -503,40 +576,62 @@ func (g *Gate) firstEvent(ctx context.Context, req *events.Request, fingerprint,
 	return events.TypeDenied, &events.Denied{OpHeader: hdr, Request: sum, Code: d.Code, Reason: d.Reason, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode)}
 }
 
+// found is what existing found of an op.
+type found struct {
+	reply events.Reply
+	// reqSeq is the sequence of the op's own request message, from the
+	// request summary its first event carries (0 when it carries none).
+	reqSeq uint64
+	// started is the op's first event when it is a started event (ADR
+	// 0025) and the op has not ended: the op's request message is its
+	// work item.
+	started *events.Started
+}
+
 // existing answers a request whose op already exists: a retry, within the
-// dedupe window or long after it. The op's newest event says where it
-// stands. Nothing is appended: the op's own events carry it on. It also
-// returns the sequence of the op's own request message, from the request
-// summary its first event carries (0 when it carries none), so the caller
-// can tell a copy of the request from a redelivery of the message that
-// created the op.
-func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (events.Reply, uint64, error) {
+// dedupe window or long after it, or a delivery again of the message that
+// created the op. The op's newest event says where it stands. Nothing is
+// appended: the op's own events carry it on. The request sequence it
+// returns lets the caller tell a copy of the request from a redelivery of
+// the message that created the op.
+func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (found, error) {
 	last, err := oplog.Last(ctx, g.ops, req.Workspace, opID)
 	if err != nil {
-		return events.Reply{}, 0, err
+		return found{}, err
 	}
+	_, ended := events.OutcomeReply(last.Data)
+	var f found
 	sum := summaryOf(last.Data)
+	if st, ok := last.Data.(*events.Started); ok && st.Decision != nil {
+		f.started = st
+	}
 	if sum == nil {
 		first, err := oplog.First(ctx, g.ops, req.Workspace, opID)
 		if err != nil {
-			return events.Reply{}, 0, err
+			return found{}, err
 		}
 		if sum = summaryOf(first.Data); sum == nil {
 			// Not an op the gate made: keep the message rather than guess.
 			g.cfg.Logger.Warn("op's first event carries no request summary; the request is kept", "op", opID, "event_type", first.Type)
 			sum = &events.Summary{}
 		}
+		if st, ok := first.Data.(*events.Started); ok && st.Decision != nil && !ended {
+			f.started = st
+		}
 	}
+	f.reqSeq = sum.RequestSeq
 	if r, ok := events.StatusReply(last.Data); ok {
 		r.Existing = true
 		if c, ok := last.Data.(*events.Completed); ok {
 			if err := g.attachResult(ctx, &r, c); err != nil {
-				return events.Reply{}, 0, err
+				return found{}, err
 			}
 		}
-		return r, sum.RequestSeq, nil
+		f.reply = r
+		return f, nil
 	}
-	return events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}, sum.RequestSeq, nil
+	f.reply = events.Reply{OpID: opID, Existing: true, State: events.StateAfter(last.Type)}
+	return f, nil
 }
 
 // retention is what the decided event says to keep of the op's result:
@@ -601,6 +696,10 @@ func summaryOf(data any) *events.Summary {
 		return d.Request
 	case *events.Denied:
 		return d.Request
+	case *events.Started:
+		if d.Decision != nil {
+			return d.Decision.Request
+		}
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		g.respond(m, events.Reply{Code: e.Code, Message: e.Message})
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	r, grant, err := g.resolve(rctx, ws, who, res)
 	if err != nil {
@@ -51,7 +51,7 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		// push, rather than after that delivery and the reads it needs; a
 		// delivery to this gate waits for it and is then acked, and one
 		// to another gate loses its compare-and-swap on the granted event.
-		gctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+		gctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held)
 		g.resumed.end(grant.op.ID, e, err == nil)

@@ -72,7 +72,7 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted event on another op's subject; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.AckWait/2)
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	if g.resumed.take(ctx, opID, md.Sequence.Stream) {
 		return nil // resumed by this gate when it appended the grant

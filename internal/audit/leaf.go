@@ -276,6 +276,10 @@ func NewLeaf(stream, subject string, seq uint64, stored time.Time, typ events.Ty
 		if d.Claim != nil {
 			l.Actor = d.Claim.Runner
 		}
+		if d.Decision != nil {
+			summary(d.Decision.Request)
+			l.Policy = d.Decision.PolicyHash
+		}
 	case *events.Completed:
 		l.Attempt, l.Result = d.Attempt, d.ResultDigest
 	case *events.Failed:

@@ -97,8 +97,16 @@ func (e *Transitions) apply(t *events.Transition) {
 		if t.From == events.StateNew {
 			e.decisions.WithLabelValues(string(policy.Deny), string(d.Code), d.Rule).Inc()
 		}
-	case *events.Claimed, *events.Started:
-		// The claim: a claimed event, or a started event that makes one.
+	case *events.Started:
+		if d.Decision != nil && t.From == events.StateNew {
+			// Allowed and started at once (ADR 0025).
+			e.decisions.WithLabelValues(string(policy.Allow), "", d.Decision.Rule).Inc()
+		}
+		// A started event that makes a claim.
+		if t.From == events.StateReady && !t.Granted.IsZero() {
+			e.grantToExec.Observe(seconds(t.At.Sub(t.Granted)))
+		}
+	case *events.Claimed:
 		if t.From == events.StateReady && !t.Granted.IsZero() {
 			e.grantToExec.Observe(seconds(t.At.Sub(t.Granted)))
 		}

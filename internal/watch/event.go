@@ -280,6 +280,10 @@ func opDetails(e *Event, data any) {
 		if d.Claim != nil {
 			e.Recovers = d.Claim.Recovers
 		}
+		if d.Decision != nil {
+			agent(d.Decision.Request)
+			e.Reason, e.Rule, e.Mode = d.Decision.Reason, d.Decision.Rule, d.Decision.Mode
+		}
 	case *events.Completed:
 		e.Attempt, e.Recovered, e.ResultDigest = d.Attempt, d.Recovered, d.ResultDigest
 		e.DurationMS, e.ResultBytes = &d.DurationMS, &d.ResultBytes

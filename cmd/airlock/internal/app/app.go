@@ -95,6 +95,11 @@ type Config struct {
 	// defaults.
 	ExecWorkers  int
 	ClaimTimeout time.Duration
+	// GateDecidesAll: the gate starts no op itself; every allowed op is
+	// decided, and taken by an executor consumer (of this process or
+	// another). By default the gate starts the ops whose tool this
+	// process serves, in one event instead of two (ADR 0025).
+	GateDecidesAll bool
 	// OwnerWait is how long a process waits for the instance that made a
 	// lost attempt, which only that instance's records can settle, to come
 	// back before it ends the op ambiguous; zero for 10s.
@@ -410,9 +415,6 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if a.Authority != nil {
 		gcfg.Principals = a.principal
 	}
-	if a.gate, err = gate.New(gcfg); err != nil {
-		return err
-	}
 	expirer, err := projector.NewExpirer(projector.ExpirerConfig{
 		JetStream: a.JetStream, Store: a.Store, Interval: cfg.HoldExpiryInterval, Clock: cfg.Clock, Logger: cfg.Logger,
 	})
@@ -426,6 +428,16 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		Results: a.Results,
 	})
 	if err != nil {
+		return err
+	}
+	// The gate starts the ops it allows for tools served here itself
+	// (ADR 0025), and holds their requests while they run: a request left
+	// by a process that is gone comes back after the claim timeout, as a
+	// decided event would.
+	if !cfg.GateDecidesAll {
+		gcfg.Starter, gcfg.AckWait = runner, cfg.ClaimTimeout
+	}
+	if a.gate, err = gate.New(gcfg); err != nil {
 		return err
 	}
 	// The executors' consumers exist before the gate decides anything: it

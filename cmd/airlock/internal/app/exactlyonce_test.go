@@ -86,7 +86,8 @@ func TestDuplicatePublishRunsOnce(t *testing.T) {
 	got := waitTerminal(t, a, op)
 	assert.Equal(t, events.StateCompleted, got.State)
 	assert.Equal(t, 1, executions(t, counter, op))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
+	// The gate's process started it: its first event is its started event.
+	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
 
 func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
@@ -125,18 +126,19 @@ func TestRetryAfterDedupeWindowResolvesToSameOp(t *testing.T) {
 		return err == nil && info.State.Msgs == 0
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, 1, executions(t, counter, first.OpID))
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", first.OpID))
+	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", first.OpID))
 }
 
 func TestRacingExecutorsRunOnce(t *testing.T) {
 	// Two Airlocks share one NATS, with executor groups of their own, so
 	// every decided event reaches both and both race to claim every op.
+	// Their gates decide every op (GateDecidesAll), starting none.
 	n := testenv.StartNATS(t, streams.Config{})
 	counter := &testexec.Counter{Dir: t.TempDir()}
 	var apps []*app.App
 	dirs := testenv.DeploymentDirs(t)
 	for _, group := range []string{"left", "right"} {
-		apps = append(apps, apptest.StartApp(t, app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}}))
+		apps = append(apps, apptest.StartApp(t, app.Config{DataDir: dirs(), NATSURL: n.Server.ClientURL(), ExecutorGroup: group, Executors: []executor.Executor{counter}, GateDecidesAll: true}))
 	}
 	ctx := context.Background()
 	const ops = 60
@@ -224,13 +226,14 @@ func TestStoredCopiesOfOneRequestRunOnce(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.Delivered.Stream == 3
 	}, 10*time.Second, 10*time.Millisecond)
-	assert.Equal(t, []events.Type{events.TypeDecided, events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
+	// The gate's process started it: its first event is its started event.
+	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
 
-// The runner takes the args of ops this process's gate admitted from the
+// The runner takes the args of ops this process's gate decided from the
 // handoff, each op its own, and reads none back from the stream.
 func TestHandoffCarriesEachOpsArgs(t *testing.T) {
-	a := apptest.StartApp(t, app.Config{})
+	a := apptest.StartApp(t, app.Config{GateDecidesAll: true})
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -260,4 +263,43 @@ func TestHandoffCarriesEachOpsArgs(t *testing.T) {
 	assert.Zero(t, misses)
 	n, _ := a.Handoff.Len()
 	assert.Zero(t, n, "every entry was taken")
+}
+
+// An op the gate's own process starts (ADR 0025) holds its request until
+// it has ended: the request's delivery is the op's work item, kept in
+// progress past the claim timeout by heartbeats, acked once the outcome is
+// stored and not before, and never delivered again meanwhile.
+func TestStartedOpHoldsItsRequestUntilItEnds(t *testing.T) {
+	counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: 1500 * time.Millisecond}
+	a := apptest.StartApp(t, app.Config{Executors: []executor.Executor{counter}, ClaimTimeout: 500 * time.Millisecond})
+	ctx := context.Background()
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "slow", Args: json.RawMessage(`{"held":true}`)}
+	_, err := a.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+	require.NoError(t, err)
+	op := events.OpID(req.Fingerprint())
+	require.Eventually(t, func() bool {
+		o, err := a.Store.Op(op)
+		return err == nil && o.State == events.StateExecuting
+	}, 10*time.Second, 5*time.Millisecond)
+
+	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.NumAckPending, "the request is in hand while its op runs")
+	time.Sleep(900 * time.Millisecond) // past the claim timeout: the point of the test
+	info, err = cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.NumAckPending, "still in hand")
+	assert.Zero(t, info.NumRedelivered, "kept in progress, not delivered again")
+
+	got := waitTerminal(t, a, op)
+	assert.Equal(t, events.StateCompleted, got.State)
+	assert.Equal(t, 1, got.Attempts)
+	assert.Equal(t, 1, executions(t, counter, op))
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumRedelivered == 0
+	}, 5*time.Second, 10*time.Millisecond, "acked once the op ended")
+	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }

@@ -1,0 +1,173 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Ops the gate of this process starts itself (ADR 0025).
+//
+// When the gate allows an op whose tool this process serves, and whose
+// executor prepares no evidence, it appends a started event as the op's
+// first event, with the decision and a claim of this runner, instead of a
+// decided event; once it is stored, RunStarted calls the executor and
+// stores the outcome. The request's delivery to the gate is the op's work
+// item: the gate acks it only once RunStarted has stored the outcome, and
+// keeps it in progress until then. If this process dies, the request is
+// delivered again, to some gate, which finds the op started and not ended
+// and passes the delivery to Recover: the lost attempt is settled as one
+// taken through a decided event is.
+
+// errBusy is returned for an op already in hand here.
+var errBusy = errors.New("executor: the op is in hand in this process")
+
+// Start reserves a place for an op of tool that the gate of this process
+// would start itself. It fails when the tool has no executor here, when
+// its executor prepares evidence (that runs before the started event, in
+// the runner), or when Loops × Workers such ops are running already: the
+// op is then decided, and taken by the runner's consumer, as usual. Call
+// release once the op is no longer in hand, whether it started or not.
+func (r *Runner) Start(tool string) (release func(), ok bool) {
+	ex, found := r.cfg.Registry.Lookup(tool)
+	if !found {
+		return nil, false
+	}
+	if _, prepares := ex.(Preparer); prepares {
+		return nil, false
+	}
+	select {
+	case r.direct <- struct{}{}:
+		return func() { <-r.direct }, true
+	default:
+		return nil, false
+	}
+}
+
+// StartClaim is the claim of the first attempt of an op that the gate of
+// this process starts: made through delivery n of the request message
+// stored at reqSeq, to the gate's consumer.
+func (r *Runner) StartClaim(tool string, reqSeq, n uint64) *events.Claim {
+	return &events.Claim{
+		Executor: tool, WorkSeq: reqSeq, Delivery: n, Consumer: streams.GateConsumer,
+		Runner: r.id, Instance: r.cfg.Instance, Host: r.cfg.Host,
+	}
+}
+
+// RunStarted runs the attempt of first, the op's first event (a started
+// event with a decision, stored at seq), with the request's args, and
+// stores its outcome; the outcome goes to replyTo too. nil means the
+// outcome is stored and the request can be acked; an error leaves the
+// request to be delivered again and the attempt to recovery.
+func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint64, args json.RawMessage, replyTo string) error {
+	item, ex, err := r.startedWork(first, seq, replyTo)
+	if err != nil {
+		return err
+	}
+	if !r.inflight.take(item.OpID) {
+		return errBusy
+	}
+	defer r.inflight.release(item.OpID)
+	call := callOf(item)
+	call.Args, call.Attempt = args, first.Attempt
+	start := time.Now()
+	failpoint.Hit(failpoint.AfterStarted, ex.Tool())
+	result, err := ex.Execute(ctx, call)
+	if ctx.Err() != nil && err != nil {
+		// Shut down mid-call: the claim stands and recovery decides.
+		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
+	}
+	if ferr := failpoint.Err(failpoint.RecordError, ex.Tool()); ferr != nil {
+		return ferr
+	}
+	return r.record(ctx, call, item, seq, result, err, time.Since(start), false)
+}
+
+// Recover settles m, a delivery of the request of an op whose first event,
+// first, is a started event of some gate's process (ADR 0025), and which
+// has not ended when the gate read it: m is acked, naked or left, as a
+// decided event's delivery would be. An attempt lost with its process is
+// recovered (judged by its executor; run again, ended from the executor's
+// records, or ended ambiguous); one in hand here, or held by a newer
+// delivery, is left alone.
+func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, first *events.Started, args json.RawMessage, replyTo string) {
+	md, err := m.Metadata()
+	if err != nil {
+		r.cfg.Logger.Error("request metadata", "subject", m.Subject(), "err", err)
+		return
+	}
+	item, ex, err := r.startedWork(first, 0, replyTo)
+	if err != nil {
+		// No executor of the tool here: a process that has one settles it.
+		r.cfg.Logger.Warn("op started by another process left to a process that serves its tool", "op", first.OpID, "err", err)
+		_ = m.NakWithDelay(r.cfg.OwnerRetryDelay)
+		return
+	}
+	if !r.inflight.take(item.OpID) {
+		return // the delivery in hand here settles it
+	}
+	defer r.inflight.release(item.OpID)
+	j := &job{
+		m:    m,
+		d:    delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered, consumer: streams.GateConsumer},
+		log:  r.cfg.Logger.With("op", item.OpID, "ws", item.Workspace),
+		call: callOf(item),
+	}
+	j.call.Args = args
+	j.err = r.recoverStarted(ctx, ex, j)
+	r.settle(j)
+}
+
+// recoverStarted settles the job of a request delivery from the op's
+// newest event: ended (answered and acked), claimed through another work
+// item (acked), held by a newer delivery (left), or lost (recovered).
+func (r *Runner) recoverStarted(ctx context.Context, ex Executor, j *job) error {
+	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	lost, err := r.attemptOf(ctx, j.d.item, last)
+	if err != nil {
+		return err
+	}
+	if lost == nil {
+		r.ended(ctx, j.d.item, last.Data)
+		return nil
+	}
+	c := lost.claim
+	switch {
+	case c.WorkSeq != j.d.workSeq || c.Consumer != j.d.consumer:
+		return nil // claimed through another work item
+	case c.Runner == r.id && c.Delivery >= j.d.n:
+		return errLeave
+	}
+	j.call.Attempt = nuid.Next()
+	return r.recover(ctx, ex, j, lost, last.Seq)
+}
+
+// startedWork is the work item of an op whose first event is first,
+// stored at seq, and its tool's executor.
+func (r *Runner) startedWork(first *events.Started, seq uint64, replyTo string) (work, Executor, error) {
+	d := first.Decision
+	if d == nil || d.Request == nil {
+		return work{}, nil, fmt.Errorf("executor: the started event of %s carries no decision", first.OpID)
+	}
+	ex, ok := r.cfg.Registry.Lookup(d.Request.Tool)
+	if !ok {
+		return work{}, nil, fmt.Errorf("executor: no executor of tool %s here", d.Request.Tool)
+	}
+	return work{
+		OpID: first.OpID, Workspace: first.Workspace, Agent: d.Request.Agent, Tool: d.Request.Tool,
+		RequestSeq: d.Request.RequestSeq, ReadySeq: seq, ReplyTo: replyTo,
+		Operands: d.Request.Operands, Results: d.Results,
+	}, ex, nil
+}

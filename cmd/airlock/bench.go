@@ -84,6 +84,9 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "limit_ratio:                 %10.2f   (ops/s / (raw msgs/s / 3): three durable records per op the least)\n", res.LimitRatio)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
 			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
+			if res.GateDecidesAll {
+				fmt.Fprintf(w, "every op decided:            %10s       (--gate-decides-all: no op started by the gate's process)\n", "on")
+			}
 			fmt.Fprintf(w, "submit-to-completed latency: p50 %.2f ms, p99 %.2f ms\n", res.P50MS, res.P99MS)
 			fmt.Fprintf(w, "memory after the pipeline:   %10.0f MB RSS (peak %.0f MB; Go %.0f MB, live heap %.0f MB); %d subjects in AIRLOCK_OPS\n",
 				res.Memory.RSSMB, res.Memory.PeakRSSMB, res.Memory.GoMB, res.Memory.HeapLiveMB, res.OpsSubjects)
@@ -137,6 +140,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
+	f.BoolVar(&cfg.GateDecidesAll, "gate-decides-all", false, "decide every op, for the runner's consumer, as before the gate's process started its own ops (ADR 0025): for a comparison")
 	f.StringVar(&liveFeed, "live-feed", "auto", "auto (off: nobody subscribes) or on, as for serve: on measures what republishing every stored message costs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write a CPU profile of the timed pipeline phase to this file")

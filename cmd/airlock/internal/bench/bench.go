@@ -44,6 +44,9 @@ type Config struct {
 	// LiveFeed is the live feed's mode, as serve's --live-feed; empty for
 	// serve's default (auto: off, since nobody subscribes).
 	LiveFeed livefeed.Mode
+	// GateDecidesAll runs every op through a decided event and the
+	// runner's consumer, as before ADR 0025, for a comparison.
+	GateDecidesAll bool
 	// Holds is the number of held ops granted in the hold phase, after
 	// the pipeline phase; default 200, -1 for none.
 	Holds int
@@ -152,6 +155,8 @@ type Result struct {
 	// at the end of the timed pipeline phase (nobody subscribes in a run,
 	// so it is on with --live-feed on only).
 	LiveFeed bool `json:"live_feed"`
+	// GateDecidesAll: every op was decided (--gate-decides-all).
+	GateDecidesAll bool `json:"gate_decides_all,omitempty"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.
 	Holds     int     `json:"holds"`
@@ -297,7 +302,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	a, err := app.Start(ctx, app.Config{
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
 		ResultTTL: resultTTL(cfg.noResults),
-		LiveFeed:  cfg.LiveFeed,
+		LiveFeed:  cfg.LiveFeed, GateDecidesAll: cfg.GateDecidesAll,
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -372,6 +377,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	res.CPUUSPerOp = float64(cpu.Microseconds()) / float64(cfg.Ops)
 	res.CPUs = runtime.GOMAXPROCS(0)
 	res.LiveFeed = a.Live.On()
+	res.GateDecidesAll = cfg.GateDecidesAll
 	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
 	res.Completed = completed

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,17 +78,7 @@ func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint
 	defer r.inflight.release(item.OpID)
 	call := callOf(item)
 	call.Args, call.Attempt = args, first.Attempt
-	start := time.Now()
-	failpoint.Hit(failpoint.AfterStarted, ex.Tool())
-	result, err := ex.Execute(ctx, call)
-	if ctx.Err() != nil && err != nil {
-		// Shut down mid-call: the claim stands and recovery decides.
-		return fmt.Errorf("execute %s: %w", item.OpID, ctx.Err())
-	}
-	if ferr := failpoint.Err(failpoint.RecordError, ex.Tool()); ferr != nil {
-		return ferr
-	}
-	return r.record(ctx, call, item, seq, result, err, time.Since(start), false)
+	return r.execute(ctx, ex, call, item, seq, time.Now(), false)
 }
 
 // Recover settles m, a delivery of the request of an op whose first event,

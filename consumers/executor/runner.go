@@ -218,6 +218,13 @@ func (r *Runner) run(ctx context.Context, ex Executor, j *job, expect uint64, re
 		// did not.
 		return fmt.Errorf("%w: started: %w", errNotClaimed, err)
 	}
+	return r.execute(ctx, ex, call, item, seq, start, recovers != "")
+}
+
+// execute calls the executor for an attempt whose started event is
+// stored at seq, and stores the outcome against it; start is when the
+// attempt began.
+func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work, seq uint64, start time.Time, recovered bool) error {
 	failpoint.Hit(failpoint.AfterStarted, ex.Tool())
 	result, err := ex.Execute(ctx, call)
 	if ctx.Err() != nil && err != nil {
@@ -229,7 +236,7 @@ func (r *Runner) run(ctx context.Context, ex Executor, j *job, expect uint64, re
 		// claim stands, nobody is told anything, recovery decides.
 		return ferr
 	}
-	return r.record(ctx, call, item, seq, result, err, time.Since(start), recovers != "")
+	return r.record(ctx, call, item, seq, result, err, time.Since(start), recovered)
 }
 
 // refuse ends an op whose call was refused before it started (its

@@ -162,7 +162,7 @@ type Gate struct {
 	resumed resumedSet
 	// inHand is the requests of the ops this gate's process runs (Starter),
 	// kept in progress until each op has ended; running counts those ops.
-	inHand  held
+	inHand  pull.Held
 	running sync.WaitGroup
 }
 
@@ -307,7 +307,7 @@ func (g *Gate) runRequests(ctx context.Context) error {
 	}
 	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBeats()
-	go g.inHand.beat(bctx, g.cfg.AckWait/3)
+	go g.inHand.BeatEvery(bctx, g.cfg.AckWait/3)
 	err = pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
 	// The ops in hand end (or stop, as ctx has ended) before the beats.
 	g.running.Wait()

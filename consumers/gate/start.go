@@ -2,11 +2,8 @@ package gate
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Ops this gate's process starts itself (ADR 0025; Config.Starter).
@@ -30,10 +27,10 @@ func (g *Gate) startHere(tool string) (release func(), ok bool) {
 // runStarted runs the op whose first event a's append stored at seq, and
 // acks a's request once its outcome is stored.
 func (g *Gate) runStarted(ctx context.Context, a *admission, seq uint64) {
-	g.inHand.add(a.m)
+	g.inHand.Add(a.m)
 	g.running.Go(func() {
 		defer a.release()
-		defer g.inHand.drop(a.m)
+		defer g.inHand.Drop(a.m)
 		err := g.cfg.Starter.RunStarted(ctx, a.started, seq, a.req.Args, replyTo(a.m))
 		if err != nil {
 			// The request comes back after AckWait, and recovery decides.
@@ -54,53 +51,9 @@ func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started)
 		_ = a.m.NakWithDelay(g.cfg.AckWait)
 		return
 	}
-	g.inHand.add(a.m)
+	g.inHand.Add(a.m)
 	g.running.Go(func() {
-		defer g.inHand.drop(a.m)
+		defer g.inHand.Drop(a.m)
 		g.cfg.Starter.Recover(ctx, a.m, first, a.req.Args, replyTo(a.m))
 	})
-}
-
-// held is a set of deliveries kept in progress until dropped.
-type held struct {
-	mu   sync.Mutex
-	msgs map[jetstream.Msg]struct{}
-}
-
-func (h *held) add(m jetstream.Msg) {
-	h.mu.Lock()
-	if h.msgs == nil {
-		h.msgs = map[jetstream.Msg]struct{}{}
-	}
-	h.msgs[m] = struct{}{}
-	h.mu.Unlock()
-}
-
-func (h *held) drop(m jetstream.Msg) {
-	h.mu.Lock()
-	delete(h.msgs, m)
-	h.mu.Unlock()
-}
-
-// beat marks every delivery held in progress, every period until ctx
-// ends.
-func (h *held) beat(ctx context.Context, period time.Duration) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-		h.mu.Lock()
-		ms := make([]jetstream.Msg, 0, len(h.msgs))
-		for m := range h.msgs {
-			ms = append(ms, m)
-		}
-		h.mu.Unlock()
-		for _, m := range ms {
-			_ = m.InProgress()
-		}
-	}
 }

@@ -44,7 +44,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	held := newHeld()
+	held := &Held{}
 	msgs := make(chan jetstream.Msg, cfg.Loops*cfg.Max)
 	g, gctx := errgroup.WithContext(ctx)
 	for range cfg.Loops {
@@ -68,7 +68,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 					}
 				}
 				h(gctx, batch)
-				held.drop(batch)
+				held.Drop(batch...)
 			}
 		})
 	}
@@ -82,7 +82,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 				}
 				return fmt.Errorf("pull: next: %w", err)
 			}
-			held.add(m)
+			held.Add(m)
 			select {
 			case msgs <- m:
 			case <-ctx.Done():
@@ -97,7 +97,7 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 			for {
 				select {
 				case <-t.C:
-					held.beat()
+					held.Beat()
 				case <-gctx.Done():
 					return nil
 				}
@@ -107,21 +107,28 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 	return g.Wait()
 }
 
-// held is the set of messages received and not yet handled.
-type held struct {
+// Held is a set of messages kept in progress: received and not yet
+// settled. Batches keeps one of the messages it has received and not yet
+// handed over; a caller keeps one of the messages it holds past its
+// handler (the gate: the requests of the ops its process runs). The zero
+// value is ready to use.
+type Held struct {
 	mu   sync.Mutex
 	msgs map[jetstream.Msg]struct{}
 }
 
-func newHeld() *held { return &held{msgs: map[jetstream.Msg]struct{}{}} }
-
-func (h *held) add(m jetstream.Msg) {
+// Add puts m in the set.
+func (h *Held) Add(m jetstream.Msg) {
 	h.mu.Lock()
+	if h.msgs == nil {
+		h.msgs = map[jetstream.Msg]struct{}{}
+	}
 	h.msgs[m] = struct{}{}
 	h.mu.Unlock()
 }
 
-func (h *held) drop(ms []jetstream.Msg) {
+// Drop takes ms out of the set.
+func (h *Held) Drop(ms ...jetstream.Msg) {
 	h.mu.Lock()
 	for _, m := range ms {
 		delete(h.msgs, m)
@@ -129,7 +136,8 @@ func (h *held) drop(ms []jetstream.Msg) {
 	h.mu.Unlock()
 }
 
-func (h *held) beat() {
+// Beat marks every message of the set in progress, once.
+func (h *Held) Beat() {
 	h.mu.Lock()
 	ms := make([]jetstream.Msg, 0, len(h.msgs))
 	for m := range h.msgs {
@@ -138,5 +146,20 @@ func (h *held) beat() {
 	h.mu.Unlock()
 	for _, m := range ms {
 		_ = m.InProgress()
+	}
+}
+
+// BeatEvery marks every message of the set in progress every period,
+// until ctx ends.
+func (h *Held) BeatEvery(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			h.Beat()
+		case <-ctx.Done():
+			return
+		}
 	}
 }

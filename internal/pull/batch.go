@@ -92,16 +92,8 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 	})
 	if cfg.Heartbeat > 0 {
 		g.Go(func() error {
-			t := time.NewTicker(cfg.Heartbeat)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					held.Beat()
-				case <-gctx.Done():
-					return nil
-				}
-			}
+			held.BeatEvery(gctx, cfg.Heartbeat)
+			return nil
 		})
 	}
 	return g.Wait()

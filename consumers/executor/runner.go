@@ -120,6 +120,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	for _, tool := range r.cfg.Registry.Tools() {
 		ex, _ := r.cfg.Registry.Lookup(tool)
 		cons := r.consumers[tool]
+		// Deliveries are beaten every third of this process's claim
+		// timeout: the shared consumer's ack wait must not drop below it.
+		g.Go(func() error {
+			streams.KeepAckWait(gctx, r.cfg.JetStream, streams.Ops, streams.ExecutorConsumer(r.cfg.Group, tool), r.cfg.ClaimTimeout, r.cfg.ClaimTimeout/3, r.cfg.Logger)
+			return nil
+		})
 		g.Go(func() error {
 			// Deliveries are marked in progress from the moment they arrive
 			// until settled, queued or running: JetStream redelivers only

@@ -305,6 +305,9 @@ func (g *Gate) runRequests(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: consumer: %w", err)
 	}
+	// Requests in hand are beaten every third of this process's claim
+	// timeout, so the ack wait must not drop below it.
+	go streams.KeepAckWait(ctx, g.cfg.JetStream, streams.Requests, streams.GateConsumer, g.cfg.AckWait, g.cfg.AckWait/3, g.cfg.Logger)
 	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBeats()
 	go g.inHand.BeatEvery(bctx, g.cfg.AckWait/3)
@@ -318,6 +321,8 @@ func (g *Gate) runRequests(ctx context.Context) error {
 // again while the cluster settles.
 func (g *Gate) consumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	return streams.AwaitConsumer(ctx, g.cfg.Logger, cc.Durable, func(ctx context.Context) (jetstream.Consumer, error) {
+		cc := cc
+		streams.LongerAckWait(ctx, g.cfg.JetStream, stream, &cc, g.cfg.Logger)
 		return g.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cc)
 	})
 }

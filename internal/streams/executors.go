@@ -31,7 +31,8 @@ func Filters(c jetstream.ConsumerConfig) []string {
 // exists with other filters belongs to processes of the same group that
 // serve other workspaces, and is left as it is, with an error wrapping
 // ErrGroupMismatch that says so. One filter is set as FilterSubject, the
-// way earlier versions created the consumer.
+// way earlier versions created the consumer. The consumer keeps its ack
+// wait when it is longer than want's (see LongerAckWait).
 func ExecutorConsumerFor(ctx context.Context, js jetstream.JetStream, want jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	filters := slices.Clone(want.FilterSubjects)
 	slices.Sort(filters)
@@ -49,6 +50,8 @@ func ExecutorConsumerFor(ctx context.Context, js jetstream.JetStream, want jetst
 			return nil, fmt.Errorf("%w: consumer %s takes %s, this process serves %s: give every process of a group the same --workspaces, or another --executor-group",
 				ErrGroupMismatch, want.Durable, strings.Join(got, " "), strings.Join(filters, " "))
 		}
+		// The ack wait only grows (see LongerAckWait).
+		want.AckWait = max(want.AckWait, have.CachedInfo().Config.AckWait)
 	}
 	return js.CreateOrUpdateConsumer(ctx, Ops, want)
 }

@@ -303,3 +303,54 @@ func TestStartedOpHoldsItsRequestUntilItEnds(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "acked once the op ended")
 	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, a.JetStream, "ws", op))
 }
+
+// Two processes share the gate's consumer and an executor group's, with
+// different claim timeouts; the one with the shorter starts last. Its
+// timeout must not become the shared consumers' ack wait: the other
+// process beats what it holds only every third of its own, and its live
+// ops would come back, to be taken for lost.
+func TestDifferentClaimTimeoutsTakeNoLiveOpForLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow calls")
+	}
+	for _, decidesAll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("gate_decides_all=%v", decidesAll), func(t *testing.T) {
+			n := testenv.StartNATS(t, streams.Config{})
+			counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: 1500 * time.Millisecond}
+			dirs := testenv.DeploymentDirs(t)
+			var apps []*app.App
+			for _, timeout := range []time.Duration{3 * time.Second, 300 * time.Millisecond} {
+				apps = append(apps, apptest.StartApp(t, app.Config{
+					DataDir: dirs(), NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter},
+					ClaimTimeout: timeout, GateDecidesAll: decidesAll,
+				}))
+			}
+			ctx := context.Background()
+			shared := []struct{ stream, name string }{{streams.Ops, streams.ExecutorConsumer(streams.DefaultExecutorGroup, "slow")}}
+			if !decidesAll {
+				// The gate's requests are work items of the ops it starts.
+				shared = append(shared, struct{ stream, name string }{streams.Requests, streams.GateConsumer})
+			}
+			for _, c := range shared {
+				cons, err := n.JetStream.Consumer(ctx, c.stream, c.name)
+				require.NoError(t, err)
+				assert.Equal(t, 3*time.Second, cons.CachedInfo().Config.AckWait, "%s keeps the longer claim timeout", c.name)
+			}
+			var ids []string
+			for i := range 16 {
+				req := events.Request{Workspace: "mixed", Agent: "ag", Tool: "slow", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+				_, err := n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+				require.NoError(t, err)
+				ids = append(ids, events.OpID(req.Fingerprint()))
+			}
+			for _, id := range ids {
+				got := waitTerminal(t, apps[0], id)
+				assert.Equal(t, events.StateCompleted, got.State, id)
+				assert.Equal(t, 1, got.Attempts, id)
+				assert.Equal(t, 1, executions(t, counter, id), id)
+			}
+			_, err := os.Stat(filepath.Join(counter.Dir, "RECOVERED"))
+			assert.True(t, os.IsNotExist(err), "a live op was taken for a lost one")
+		})
+	}
+}

@@ -260,7 +260,7 @@ func (op *Op) next(data any) (State, error) {
 			// The op's first event, allowed and started at once by the
 			// gate's own process (ADR 0025): as decided would, then a
 			// first claim and its start.
-			if first(d.Decision.Request) && d.Claim != nil && d.Claim.Recovers == "" && d.Decision.OpHeader == d.OpHeader {
+			if first(d.Decision.Request) && d.Attempt != "" && d.Claim != nil && d.Claim.Recovers == "" && d.Decision.OpHeader == d.OpHeader {
 				return StateExecuting, nil
 			}
 			return bad("started with a decision")

@@ -270,6 +270,8 @@ func TestApplyForbidden(t *testing.T) {
 		{name: "started with a decision of another op", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
 			Decision: &events.Decided{OpHeader: events.OpHeader{OpID: "op_00000000000000000000000000000000", Workspace: "acme"}, Request: testSummary()},
 			Claim:    &events.Claim{Executor: "send_email"}}, msg: "started with a decision cannot start an op"},
+		{name: "started with a decision without attempt", history: "new", ev: &events.Started{OpHeader: stateHdr,
+			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary()}, Claim: &events.Claim{Executor: "send_email"}}, msg: "started with a decision cannot start an op"},
 		{name: "started with a decision without summary", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
 			Decision: &events.Decided{OpHeader: stateHdr}, Claim: &events.Claim{Executor: "send_email"}}, msg: "started with a decision cannot start an op"},
 		{name: "claiming started while held", history: "held", ev: evs["claiming a1"], msg: "started not allowed in state held"},

@@ -30,6 +30,15 @@ import (
 // errBusy is returned for an op already in hand here.
 var errBusy = errors.New("executor: the op is in hand in this process")
 
+// drainDirect waits until no op the gate of this process started is in
+// hand, and keeps every place taken, so that none starts after: Run
+// closes the writer those ops store their outcomes with only after it.
+func (r *Runner) drainDirect() {
+	for range cap(r.direct) {
+		r.direct <- struct{}{}
+	}
+}
+
 // Start reserves a place for an op of tool that the gate of this process
 // would start itself. It fails when the tool has no executor here, when
 // its executor prepares evidence (that runs before the started event, in
@@ -76,6 +85,11 @@ func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint
 		return errBusy
 	}
 	defer r.inflight.release(item.OpID)
+	if err := ctx.Err(); err != nil {
+		// Shutting down before the call: the claim stands and recovery
+		// decides (it runs the call: nothing ran).
+		return fmt.Errorf("executor: %s not run: %w", item.OpID, err)
+	}
 	call := callOf(item)
 	call.Args, call.Attempt = args, first.Attempt
 	return r.execute(ctx, ex, call, item, seq, time.Now(), false)
@@ -105,6 +119,15 @@ func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, first *events.Sta
 		return // the delivery in hand here settles it
 	}
 	defer r.inflight.release(item.OpID)
+	// A recovery may run the call again: it takes one of the places of
+	// the ops the gate starts, or waits for one.
+	select {
+	case r.direct <- struct{}{}:
+		defer func() { <-r.direct }()
+	default:
+		_ = m.NakWithDelay(r.cfg.OwnerRetryDelay)
+		return
+	}
 	j := &job{
 		m:    m,
 		d:    delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered, consumer: streams.GateConsumer},

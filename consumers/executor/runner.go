@@ -110,6 +110,8 @@ func (r *Runner) provision(ctx context.Context) error {
 // Run takes the decided events of every registered tool until ctx ends.
 func (r *Runner) Run(ctx context.Context) error {
 	defer r.w.Close()
+	// The ops the gate started store their outcomes with r.w too.
+	defer r.drainDirect()
 	if err := r.Provision(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -242,8 +244,19 @@ func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work,
 		// claim stands, nobody is told anything, recovery decides.
 		return ferr
 	}
-	return r.record(ctx, call, item, seq, result, err, time.Since(start), recovered)
+	// The call has run: its outcome is stored even when the process is
+	// shutting down meanwhile, for up to recordGrace after, rather than
+	// left for recovery to work out.
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(recordGrace, cancel) })
+	defer stop()
+	return r.record(rctx, call, item, seq, result, err, time.Since(start), recovered)
 }
+
+// recordGrace is how long a runner that is shutting down keeps trying to
+// store the outcome of a call that has run.
+const recordGrace = 5 * time.Second
 
 // refuse ends an op whose call was refused before it started (its
 // operands changed, its executor could not prepare): nothing ran, and

@@ -343,6 +343,15 @@ type admission struct {
 	release func()
 }
 
+// giveBack gives back the place reserved for the op, if any: this
+// delivery does not start it.
+func (a *admission) giveBack() {
+	if a.release != nil {
+		a.release()
+		a.release = nil
+	}
+}
+
 // handleBatch settles a batch of request messages with one round trip in
 // all: the ops' first events are appended together, then every request is
 // acked.
@@ -359,16 +368,27 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		seq, err := a.append.Wait(wctx, g.ops)
 		copyOf := false // the message is a second copy of an op's request
 		held := false   // the op is held, and this message is its request
-		if err != nil && a.release != nil {
-			a.release()
-			a.release = nil
-		}
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
 			ex, err := g.existing(wctx, a.req, a.opID)
 			if err != nil {
+				a.giveBack()
 				g.retry(a.m, "existing "+a.opID, err)
 				continue
+			}
+			if a.started != nil && ex.started != nil && ex.started.Attempt == a.started.Attempt && ex.startedSeq == ex.lastSeq {
+				// This append was stored after all (a publish tried
+				// again after a lost answer meets its own first try),
+				// and nothing came after it: the op is this delivery's
+				// to run.
+				g.runStarted(ctx, a, ex.startedSeq)
+				continue
+			}
+			a.giveBack()
+			if a.started == nil && ex.reply.State != events.StateReady {
+				// The op was not decided now: nothing will take the args
+				// offered for it.
+				g.cfg.Handoff.Take(a.opID, a.reqSeq)
 			}
 			a.reply = &ex.reply
 			copyOf = ex.reqSeq != 0 && ex.reqSeq != a.reqSeq
@@ -381,6 +401,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				continue
 			}
 		case err != nil:
+			a.giveBack()
 			g.retry(a.m, "admit "+a.opID, err)
 			continue
 		case a.started != nil:
@@ -589,8 +610,11 @@ type found struct {
 	reqSeq uint64
 	// started is the op's first event when it is a started event (ADR
 	// 0025) and the op has not ended: the op's request message is its
-	// work item.
-	started *events.Started
+	// work item. startedSeq is where it is stored.
+	started    *events.Started
+	startedSeq uint64
+	// lastSeq is where the op's newest event is stored.
+	lastSeq uint64
 }
 
 // existing answers a request whose op already exists: a retry, within the
@@ -605,10 +629,10 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 		return found{}, err
 	}
 	_, ended := events.OutcomeReply(last.Data)
-	var f found
+	f := found{lastSeq: last.Seq}
 	sum := summaryOf(last.Data)
 	if st, ok := last.Data.(*events.Started); ok && st.Decision != nil {
-		f.started = st
+		f.started, f.startedSeq = st, last.Seq
 	}
 	if sum == nil {
 		first, err := oplog.First(ctx, g.ops, req.Workspace, opID)
@@ -621,7 +645,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 			sum = &events.Summary{}
 		}
 		if st, ok := first.Data.(*events.Started); ok && st.Decision != nil && !ended {
-			f.started = st
+			f.started, f.startedSeq = st, first.Seq
 		}
 	}
 	f.reqSeq = sum.RequestSeq

@@ -354,3 +354,35 @@ func TestDifferentClaimTimeoutsTakeNoLiveOpForLost(t *testing.T) {
 		})
 	}
 }
+
+// A process shut down while an op its gate started is running lets the
+// call finish and stores its outcome before it stops: the op does not go
+// to recovery.
+func TestShutdownLetsStartedOpEnd(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: time.Second}
+	a, err := app.Start(context.Background(), app.Config{DataDir: t.TempDir(), NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "slow", Args: json.RawMessage(`{"stop":true}`)}
+	_, err = n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+	require.NoError(t, err)
+	op := events.OpID(req.Fingerprint())
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(counter.Dir, op))
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "the call is running")
+
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, a.Shutdown(sctx))
+	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "ws", op),
+		"the outcome is stored before the process stops")
+	cons, err := n.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 5*time.Second, 10*time.Millisecond, "and the request is acked")
+	assert.Equal(t, 1, executions(t, counter, op))
+}

@@ -148,6 +148,7 @@ type Client struct {
 	closed  bool
 	replies map[string]*nats.Subscription // by agent
 	waiters map[string]map[*waiter]struct{}
+	kept    replyCache // terminal replies no Submit waited for (kept.go)
 }
 
 // New returns a client on nc.
@@ -496,6 +497,10 @@ func (c *Client) watch(opID string) *waiter {
 		c.waiters[opID] = map[*waiter]struct{}{}
 	}
 	c.waiters[opID][w] = struct{}{}
+	if r, ok := c.kept.get(opID, w.since); ok {
+		// The op ended, and its reply came, before this wait began.
+		w.reply(r)
+	}
 	return w
 }
 
@@ -508,16 +513,6 @@ func (c *Client) unwatch(opID string, w *waiter) {
 	}
 }
 
-func (c *Client) lookup(opID string) []*waiter {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ws := make([]*waiter, 0, len(c.waiters[opID]))
-	for w := range c.waiters[opID] {
-		ws = append(ws, w)
-	}
-	return ws
-}
-
 // onReply dispatches a reply, from the gate or an executor, to the op's
 // waiters.
 func (c *Client) onReply(m *nats.Msg) {
@@ -526,7 +521,16 @@ func (c *Client) onReply(m *nats.Msg) {
 	if err := events.UnmarshalJSON(m.Data, &r); err != nil {
 		return
 	}
-	for _, w := range c.lookup(opID) {
+	c.mu.Lock()
+	ws := make([]*waiter, 0, len(c.waiters[opID]))
+	for w := range c.waiters[opID] {
+		ws = append(ws, w)
+	}
+	if len(ws) == 0 && r.OpID == opID && r.State.Terminal() {
+		c.kept.put(opID, r, len(m.Data), time.Now())
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
 		w.reply(r)
 	}
 }

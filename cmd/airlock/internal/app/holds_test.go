@@ -699,11 +699,13 @@ func TestRetryOfARunGrantIsAnsweredAtOnce(t *testing.T) {
 	done := waitTerminal(t, a, held.OpID)
 	require.Equal(t, events.StateCompleted, done.State)
 	// An agent retries later than a reply takes (the wait gives a reply
-	// that may be in flight 100 ms).
+	// that may be in flight 100 ms), from another client (a restarted
+	// agent): no reply was kept for it (see
+	// TestRetryJustAfterAGrantedRunTakesTheKeptReply).
 	time.Sleep(150 * time.Millisecond)
 
 	start := time.Now()
-	out, err := c.Submit(ctxT(t), req)
+	out, err := agentClient(t, a).Submit(ctxT(t), req)
 	took := time.Since(start)
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, out.State)
@@ -712,5 +714,30 @@ func TestRetryOfARunGrantIsAnsweredAtOnce(t *testing.T) {
 	// this client was not given.
 	assert.Equal(t, events.CodeNoCredential, out.ResultCode, "%+v", out)
 	assert.Less(t, took, producers.ResultGrace/2, "the retry waited for a reply that was not coming")
+	assert.Equal(t, 1, executions(t, counter, held.OpID))
+}
+
+// An agent that retries the moment its granted op has run (its runner's
+// reply, with the result, reached the client before the retry began to
+// wait) is answered at once from the reply its client kept, not after
+// waiting ResultGrace for a reply that already came.
+func TestRetryJustAfterAGrantedRunTakesTheKeptReply(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"c.txt"}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
+	require.NoError(t, err)
+	done := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, done.State)
+
+	start := time.Now()
+	out, err := c.Submit(ctxT(t), req)
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, out.State)
+	assert.Equal(t, done.ResultDigest, out.ResultDigest)
+	assert.Less(t, took, producers.ResultGrace/2, "the retry waited for a reply that had come")
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
 }

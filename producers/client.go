@@ -497,7 +497,7 @@ func (c *Client) watch(opID string) *waiter {
 		c.waiters[opID] = map[*waiter]struct{}{}
 	}
 	c.waiters[opID][w] = struct{}{}
-	if r, ok := c.kept.get(opID, w.since); ok {
+	if r, ok := c.kept.take(opID, w.since); ok {
 		// The op ended, and its reply came, before this wait began.
 		w.reply(r)
 	}

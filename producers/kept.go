@@ -57,10 +57,15 @@ func (c *replyCache) put(op string, r events.Reply, size int, now time.Time) {
 	c.evict(now)
 }
 
-// get returns op's kept reply; it stays kept for another retry.
-func (c *replyCache) get(op string, now time.Time) (events.Reply, bool) {
+// take returns op's kept reply and forgets it: it answers one Submit (a
+// result erased on delivery is not handed out twice).
+func (c *replyCache) take(op string, now time.Time) (events.Reply, bool) {
 	c.evict(now)
 	k, ok := c.byOp[op]
+	if ok {
+		delete(c.byOp, op)
+		c.bytes -= k.size
+	}
 	return k.r, ok
 }
 

@@ -3,7 +3,6 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -27,9 +26,6 @@ import (
 // and passes the delivery to Recover: the lost attempt is settled as one
 // taken through a decided event is.
 
-// errBusy is returned for an op already in hand here.
-var errBusy = errors.New("executor: the op is in hand in this process")
-
 // drainDirect waits until no op the gate of this process started is in
 // hand, and keeps every place taken, so that none starts after: Run
 // closes the writer those ops store their outcomes with only after it.
@@ -39,13 +35,17 @@ func (r *Runner) drainDirect() {
 	}
 }
 
-// Start reserves a place for an op of tool that the gate of this process
+// Start reserves a place for op, of tool, that the gate of this process
 // would start itself. It fails when the tool has no executor here, when
 // its executor prepares evidence (that runs before the started event, in
-// the runner), or when Loops × Workers such ops are running already: the
-// op is then decided, and taken by the runner's consumer, as usual. Call
-// release once the op is no longer in hand, whether it started or not.
-func (r *Runner) Start(tool string) (release func(), ok bool) {
+// the runner), when Loops × Workers such ops are running already (the op
+// is then decided, and taken by the runner's consumer, as usual), or when
+// the op is in hand here already. The reservation holds the op in hand
+// from before its started event is appended until release: a delivery of
+// its request again in the meantime finds it here and leaves it alone.
+// Call release once the op is no longer in hand, whether it started or
+// not.
+func (r *Runner) Start(tool, op string) (release func(), ok bool) {
 	ex, found := r.cfg.Registry.Lookup(tool)
 	if !found {
 		return nil, false
@@ -55,10 +55,17 @@ func (r *Runner) Start(tool string) (release func(), ok bool) {
 	}
 	select {
 	case r.direct <- struct{}{}:
-		return func() { <-r.direct }, true
 	default:
 		return nil, false
 	}
+	if !r.inflight.take(op) {
+		<-r.direct
+		return nil, false
+	}
+	return func() {
+		r.inflight.release(op)
+		<-r.direct
+	}, true
 }
 
 // StartClaim is the claim of the first attempt of an op that the gate of
@@ -73,7 +80,8 @@ func (r *Runner) StartClaim(tool string, reqSeq, n uint64) *events.Claim {
 
 // RunStarted runs the attempt of first, the op's first event (a started
 // event with a decision, stored at seq), with the request's args, and
-// stores its outcome; the outcome goes to replyTo too. nil means the
+// stores its outcome; the outcome goes to replyTo too. The caller holds
+// the op's reservation (Start) until it returns. nil means the
 // outcome is stored and the request can be acked; an error leaves the
 // request to be delivered again and the attempt to recovery.
 func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint64, args json.RawMessage, replyTo string) error {
@@ -81,13 +89,9 @@ func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint
 	if err != nil {
 		return err
 	}
-	if !r.inflight.take(item.OpID) {
-		return errBusy
-	}
-	defer r.inflight.release(item.OpID)
 	if err := ctx.Err(); err != nil {
 		// Shutting down before the call: the claim stands and recovery
-		// decides (it runs the call: nothing ran).
+		// decides, as for any attempt lost after its started event.
 		return fmt.Errorf("executor: %s not run: %w", item.OpID, err)
 	}
 	call := callOf(item)

@@ -157,6 +157,14 @@ type job struct {
 // at most Workers at once, their appends pipelined on the runner's
 // publisher, before the items are settled.
 func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.Msg) {
+	if ctx.Err() != nil {
+		// Stopping: nothing of the batch is begun; it goes back at once,
+		// for a runner that goes on.
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+		return
+	}
 	jobs := make([]*job, 0, len(msgs))
 	for _, m := range msgs {
 		if j := r.newJob(m); j != nil {

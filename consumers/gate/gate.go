@@ -95,8 +95,9 @@ type Config struct {
 // Starter is this process's runner, as the gate starts ops through it
 // (consumers/executor.Runner; ADR 0025).
 type Starter interface {
-	// Start reserves a place for an op of tool; false: decide it instead.
-	Start(tool string) (release func(), ok bool)
+	// Start reserves a place for op, of tool, and holds the op in hand
+	// until release; false: decide it instead.
+	Start(tool, op string) (release func(), ok bool)
 	// StartClaim is the claim of an op's first attempt, made through
 	// delivery n of the request stored at reqSeq.
 	StartClaim(tool string, reqSeq, n uint64) *events.Claim
@@ -322,7 +323,9 @@ func (g *Gate) runRequests(ctx context.Context) error {
 func (g *Gate) consumer(ctx context.Context, stream string, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	return streams.AwaitConsumer(ctx, g.cfg.Logger, cc.Durable, func(ctx context.Context) (jetstream.Consumer, error) {
 		cc := cc
-		streams.LongerAckWait(ctx, g.cfg.JetStream, stream, &cc, g.cfg.Logger)
+		if err := streams.LongerAckWait(ctx, g.cfg.JetStream, stream, &cc, g.cfg.Logger); err != nil {
+			return nil, err
+		}
 		return g.cfg.JetStream.CreateOrUpdateConsumer(ctx, stream, cc)
 	})
 }
@@ -341,6 +344,9 @@ type admission struct {
 	// (Config.Starter), and release gives back its place.
 	started *events.Started
 	release func()
+	// offered: its args were put in the handoff, for this process's
+	// runner.
+	offered bool
 }
 
 // giveBack gives back the place reserved for the op, if any: this
@@ -356,6 +362,14 @@ func (a *admission) giveBack() {
 // all: the ops' first events are appended together, then every request is
 // acked.
 func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
+	if ctx.Err() != nil {
+		// Stopping: nothing of the batch is begun; it goes back at once,
+		// for a process that goes on.
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+		return
+	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	adms := make([]*admission, 0, len(msgs))
@@ -385,7 +399,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				continue
 			}
 			a.giveBack()
-			if a.started == nil && ex.reply.State != events.StateReady {
+			if a.offered && ex.reply.State != events.StateReady {
 				// The op was not decided now: nothing will take the args
 				// offered for it.
 				g.cfg.Handoff.Take(a.opID, a.reqSeq)
@@ -492,7 +506,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 		a.state = events.StateDenied
 	}
 	if typ == events.TypeDecided && g.cfg.Local != nil && g.cfg.Local(req.Workspace, req.Tool) {
-		if release, ok := g.startHere(req.Tool); ok {
+		if release, ok := g.startHere(req.Tool, a.opID); ok {
 			// Allowed, and this process starts it: the first event is
 			// its started event, carrying the decision (ADR 0025).
 			d := data.(*events.Decided)
@@ -506,6 +520,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 			// Before the append: an executor may read the decided event
 			// before the gate hears that it is stored.
 			g.cfg.Handoff.Put(a.opID, a.reqSeq, req.Args)
+			a.offered = true
 		}
 	}
 	op := oplog.Op{Workspace: req.Workspace, ID: a.opID, Tool: req.Tool}

@@ -34,6 +34,7 @@ func (g *Gate) runResume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gate: resume consumer: %w", err)
 	}
+	go streams.KeepAckWait(ctx, g.cfg.JetStream, streams.Ops, streams.ResumeConsumer, g.cfg.AckWait, g.cfg.AckWait/3, g.cfg.Logger)
 	return pull.Batches(ctx, cons, pull.Config{Loops: 1, Max: 32, Heartbeat: g.cfg.AckWait / 3}, func(ctx context.Context, msgs []jetstream.Msg) {
 		// Each grant is another op's, settled by compare-and-swap on it:
 		// they are resumed at once, not one after another, so that a

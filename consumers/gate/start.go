@@ -15,13 +15,13 @@ import (
 // it then finds the op started and not ended, and hands the delivery to
 // its runner's recovery.
 
-// startHere reserves a place for an op of tool that this process would
+// startHere reserves a place for op, of tool, that this process would
 // start itself.
-func (g *Gate) startHere(tool string) (release func(), ok bool) {
+func (g *Gate) startHere(tool, op string) (release func(), ok bool) {
 	if g.cfg.Starter == nil {
 		return nil, false
 	}
-	return g.cfg.Starter.Start(tool)
+	return g.cfg.Starter.Start(tool, op)
 }
 
 // runStarted runs the op whose first event a's append stored at seq, and

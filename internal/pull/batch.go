@@ -45,6 +45,18 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	held := &Held{}
+	// The beats go on until every handler has returned, after ctx ends
+	// too: a handler still running a call must not see its messages
+	// delivered again elsewhere because its process is stopping.
+	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	var beats sync.WaitGroup
+	defer func() {
+		stopBeats()
+		beats.Wait()
+	}()
+	if cfg.Heartbeat > 0 {
+		beats.Go(func() { held.BeatEvery(bctx, cfg.Heartbeat) })
+	}
 	msgs := make(chan jetstream.Msg, cfg.Loops*cfg.Max)
 	g, gctx := errgroup.WithContext(ctx)
 	for range cfg.Loops {
@@ -53,6 +65,13 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 				m, ok := <-msgs
 				if !ok {
 					return nil
+				}
+				if gctx.Err() != nil {
+					// Stopping: what was received and not begun goes
+					// back at once, for a process that goes on.
+					_ = m.Nak()
+					held.Drop(m)
+					continue
 				}
 				batch := []jetstream.Msg{m}
 			fill:
@@ -90,12 +109,6 @@ func Batches(ctx context.Context, cons jetstream.Consumer, cfg Config, h BatchHa
 			}
 		}
 	})
-	if cfg.Heartbeat > 0 {
-		g.Go(func() error {
-			held.BeatEvery(gctx, cfg.Heartbeat)
-			return nil
-		})
-	}
 	return g.Wait()
 }
 

@@ -25,34 +25,39 @@ import (
 
 // LongerAckWait sets cc.AckWait to the consumer's ack wait when the
 // consumer exists with a longer one, and says so in log; a consumer that
-// does not exist (or cannot be read now) leaves cc as it is.
-func LongerAckWait(ctx context.Context, js jetstream.JetStream, stream string, cc *jetstream.ConsumerConfig, log *slog.Logger) {
+// does not exist leaves cc as it is. Any other error is returned: the
+// consumer must not be written without knowing its ack wait.
+func LongerAckWait(ctx context.Context, js jetstream.JetStream, stream string, cc *jetstream.ConsumerConfig, log *slog.Logger) error {
 	have, err := js.Consumer(ctx, stream, cc.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
 	if err != nil {
-		return
+		return err
 	}
 	if w := have.CachedInfo().Config.AckWait; w > cc.AckWait {
 		log.Info("keeping the consumer's longer ack wait: another process of this deployment has a longer claim timeout",
 			"consumer", cc.Durable, "ack_wait", w, "claim_timeout", cc.AckWait)
 		cc.AckWait = w
 	}
+	return nil
 }
 
-// KeepAckWait checks every period, until ctx ends, that the consumer's
-// ack wait is at least min, and raises it to min when another process
-// (one that started at the same moment, or an older version) set it
-// lower. It logs each raise.
+// KeepAckWait checks at once and then every period, until ctx ends, that
+// the consumer's ack wait is at least min, and raises it to min when
+// another process (one that started at the same moment, or an older
+// version) set it lower. It logs each raise.
 func KeepAckWait(ctx context.Context, js jetstream.JetStream, stream, durable string, min, period time.Duration, log *slog.Logger) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
+		if err := raiseAckWait(ctx, js, stream, durable, min, log); err != nil && ctx.Err() == nil {
+			log.Debug("checking the consumer's ack wait", "consumer", durable, "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if err := raiseAckWait(ctx, js, stream, durable, min, log); err != nil && ctx.Err() == nil {
-			log.Debug("checking the consumer's ack wait", "consumer", durable, "err", err)
 		}
 	}
 }
@@ -72,7 +77,7 @@ func raiseAckWait(ctx context.Context, js jetstream.JetStream, stream, durable s
 		"consumer", durable, "ack_wait", cc.AckWait, "claim_timeout", min)
 	cc.AckWait = min
 	_, err = js.UpdateConsumer(cctx, stream, cc)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDoesNotExist) {
 		return nil
 	}
 	return err

@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestAckWaitOnlyGrows(t *testing.T) {
 	create := func(wait time.Duration) time.Duration {
 		t.Helper()
 		cc := jetstream.ConsumerConfig{Durable: "shared", AckPolicy: jetstream.AckExplicitPolicy, AckWait: wait}
-		streams.LongerAckWait(ctx, js, streams.Ops, &cc, slog.Default())
+		require.NoError(t, streams.LongerAckWait(ctx, js, streams.Ops, &cc, slog.Default()))
 		cons, err := js.CreateOrUpdateConsumer(ctx, streams.Ops, cc)
 		require.NoError(t, err)
 		return cons.CachedInfo().Config.AckWait
@@ -40,12 +41,16 @@ func TestAckWaitOnlyGrows(t *testing.T) {
 	_, err = js.UpdateConsumer(ctx, streams.Ops, cc)
 	require.NoError(t, err)
 	kctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go streams.KeepAckWait(kctx, js, streams.Ops, "shared", 5*time.Second, 20*time.Millisecond, slog.Default())
+	var keeping sync.WaitGroup
+	keeping.Go(func() {
+		streams.KeepAckWait(kctx, js, streams.Ops, "shared", 5*time.Second, 20*time.Millisecond, slog.Default())
+	})
 	require.Eventually(t, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.Config.AckWait == 5*time.Second
 	}, 5*time.Second, 10*time.Millisecond, "raised back to the claim timeout")
+	cancel()
+	keeping.Wait()
 
 	// ExecutorConsumerFor keeps the longer one too.
 	_, err = streams.ExecutorConsumerFor(ctx, js, jetstream.ConsumerConfig{Durable: "shared", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second})

@@ -363,6 +363,12 @@ func TestShutdownLetsStartedOpEnd(t *testing.T) {
 	counter := &testexec.Counter{Dir: t.TempDir(), Name: "slow", Delay: time.Second}
 	a, err := app.Start(context.Background(), app.Config{DataDir: t.TempDir(), NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter}})
 	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped { // a require failed before the shutdown under test
+			_ = a.Shutdown(context.Background())
+		}
+	})
 	ctx := context.Background()
 	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "slow", Args: json.RawMessage(`{"stop":true}`)}
 	_, err = n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
@@ -375,6 +381,7 @@ func TestShutdownLetsStartedOpEnd(t *testing.T) {
 
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	stopped = true
 	require.NoError(t, a.Shutdown(sctx))
 	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "ws", op),
 		"the outcome is stored before the process stops")

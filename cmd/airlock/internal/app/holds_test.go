@@ -738,6 +738,11 @@ func TestRetryJustAfterAGrantedRunTakesTheKeptReply(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, out.State)
 	assert.Equal(t, done.ResultDigest, out.ResultDigest)
+	// The runner's reply carried the result, which a read of the op or a
+	// fetch of the kept result (sealed to a key this client was not
+	// given) could not: the answer is the reply the client kept.
+	assert.JSONEq(t, `{"file":"c.txt"}`, string(out.Result), "%+v", out)
+	assert.Empty(t, out.ResultCode)
 	assert.Less(t, took, producers.ResultGrace/2, "the retry waited for a reply that had come")
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
 }

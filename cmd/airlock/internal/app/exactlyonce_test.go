@@ -186,22 +186,36 @@ func TestOneGroupManyProcessesNoRedelivery(t *testing.T) {
 			ExecWorkers: 1, ClaimTimeout: 500 * time.Millisecond,
 		}))
 	}
-	ctx := context.Background()
+	ids := publishSlow(t, n.JetStream, "group", 24)
+	ranOnceUnrecovered(t, apps[0], counter, ids, "a live claim was taken for a lost one")
+}
+
+// publishSlow publishes n requests of the tool "slow" in workspace ws
+// and returns their ops.
+func publishSlow(t *testing.T, js jetstream.JetStream, ws string, n int) []string {
+	t.Helper()
 	var ids []string
-	for i := range 24 {
-		req := events.Request{Workspace: "group", Agent: "ag", Tool: "slow", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
-		_, err := n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+	for i := range n {
+		req := events.Request{Workspace: ws, Agent: "ag", Tool: "slow", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
+		_, err := js.PublishMsg(context.Background(), requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
 		require.NoError(t, err)
 		ids = append(ids, events.OpID(req.Fingerprint()))
 	}
+	return ids
+}
+
+// ranOnceUnrecovered checks that every op completed in one attempt and
+// ran once, and that nothing was recovered (a live op taken for lost).
+func ranOnceUnrecovered(t *testing.T, a *app.App, counter *testexec.Counter, ids []string, msg string) {
+	t.Helper()
 	for _, id := range ids {
-		got := waitTerminal(t, apps[0], id)
+		got := waitTerminal(t, a, id)
 		assert.Equal(t, events.StateCompleted, got.State, id)
 		assert.Equal(t, 1, got.Attempts, id)
 		assert.Equal(t, 1, executions(t, counter, id), id)
 	}
 	_, err := os.Stat(filepath.Join(counter.Dir, "RECOVERED"))
-	assert.True(t, os.IsNotExist(err), "a live claim was taken for a lost one")
+	assert.True(t, os.IsNotExist(err), msg)
 }
 
 // Copies of one request stored twice (published without Nats-Msg-Id, so
@@ -336,21 +350,8 @@ func TestDifferentClaimTimeoutsTakeNoLiveOpForLost(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, 3*time.Second, cons.CachedInfo().Config.AckWait, "%s keeps the longer claim timeout", c.name)
 			}
-			var ids []string
-			for i := range 16 {
-				req := events.Request{Workspace: "mixed", Agent: "ag", Tool: "slow", Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))}
-				_, err := n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
-				require.NoError(t, err)
-				ids = append(ids, events.OpID(req.Fingerprint()))
-			}
-			for _, id := range ids {
-				got := waitTerminal(t, apps[0], id)
-				assert.Equal(t, events.StateCompleted, got.State, id)
-				assert.Equal(t, 1, got.Attempts, id)
-				assert.Equal(t, 1, executions(t, counter, id), id)
-			}
-			_, err := os.Stat(filepath.Join(counter.Dir, "RECOVERED"))
-			assert.True(t, os.IsNotExist(err), "a live op was taken for a lost one")
+			ids := publishSlow(t, n.JetStream, "mixed", 16)
+			ranOnceUnrecovered(t, apps[0], counter, ids, "a live op was taken for a lost one")
 		})
 	}
 }

@@ -685,6 +685,19 @@ func TestResumedOpAnswersTheSubmitter(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second, "answered, not polled (the poll interval is a minute)")
 }
 
+// grantAndRun submits req through c, which the policy holds, grants the
+// hold, and waits until the op has completed.
+func grantAndRun(t *testing.T, a *app.App, c *producers.Client, counter *testexec.Counter, req events.Request) (producers.Outcome, *events.Op) {
+	t.Helper()
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
+	require.NoError(t, err)
+	done := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, done.State)
+	return held, done
+}
+
 // A retry of a granted op that already ran is answered from the op's
 // stored outcome and its kept result at once: the runner's reply went to
 // the first submit's wait, and no other is coming to wait for.
@@ -692,12 +705,7 @@ func TestRetryOfARunGrantIsAnsweredAtOnce(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
 	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"b.txt"}`)}
-	held := submitHeld(t, c, counter, req)
-	waitHeldInProjection(t, a, held.OpID)
-	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
-	require.NoError(t, err)
-	done := waitTerminal(t, a, held.OpID)
-	require.Equal(t, events.StateCompleted, done.State)
+	held, done := grantAndRun(t, a, c, counter, req)
 	// An agent retries later than a reply takes (the wait gives a reply
 	// that may be in flight 100 ms), from another client (a restarted
 	// agent): no reply was kept for it (see
@@ -725,12 +733,7 @@ func TestRetryJustAfterAGrantedRunTakesTheKeptReply(t *testing.T) {
 	a, counter := holdsApp(t, app.Config{})
 	c := agentClient(t, a)
 	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"file":"c.txt"}`)}
-	held := submitHeld(t, c, counter, req)
-	waitHeldInProjection(t, a, held.OpID)
-	_, err := approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "fine")
-	require.NoError(t, err)
-	done := waitTerminal(t, a, held.OpID)
-	require.Equal(t, events.StateCompleted, done.State)
+	held, done := grantAndRun(t, a, c, counter, req)
 
 	start := time.Now()
 	out, err := c.Submit(ctxT(t), req)

@@ -58,12 +58,12 @@ func (r *Runner) Start(tool, op string) (release func(), ok bool) {
 	default:
 		return nil, false
 	}
-	if !r.inflight.take(op) {
+	if !r.inflight.reserve(op) {
 		<-r.direct
 		return nil, false
 	}
 	return func() {
-		r.inflight.release(op)
+		r.inflight.unreserve(op)
 		<-r.direct
 	}, true
 }

@@ -262,6 +262,10 @@ func (r *Runner) execute(ctx context.Context, ex Executor, call Call, item work,
 	return r.record(rctx, call, item, seq, result, err, time.Since(start), recovered)
 }
 
+// reservedRetryDelay is how long a decided event of an op that the gate
+// of this process holds waits before it is delivered again.
+const reservedRetryDelay = 50 * time.Millisecond
+
 // recordGrace is how long a runner that is shutting down keeps trying to
 // store the outcome of a call that has run.
 const recordGrace = 5 * time.Second
@@ -408,6 +412,14 @@ func (r *Runner) newJob(m jetstream.Msg) *job {
 		Operands: d.Request.Operands, Results: d.Results,
 	}
 	if !r.inflight.take(item.OpID) {
+		if r.inflight.reserved(item.OpID) {
+			// The gate of this process is appending a started event as
+			// the op's first event, which this decided event already
+			// is: that append fails and the gate lets go in a moment.
+			// The decided event comes back then, to whichever runner.
+			_ = m.NakWithDelay(reservedRetryDelay)
+			return nil
+		}
 		return nil // another delivery is in hand here; leave this one alone
 	}
 	return &job{
@@ -498,6 +510,9 @@ func hdr(item work) events.OpHeader {
 type inflight struct {
 	mu  sync.Mutex
 	ops map[string]struct{}
+	// starting is the ops the gate of this process reserved (Start): in
+	// hand too, and also in ops.
+	starting map[string]struct{}
 }
 
 func (f *inflight) take(op string) bool {
@@ -508,6 +523,37 @@ func (f *inflight) take(op string) bool {
 	}
 	f.ops[op] = struct{}{}
 	return true
+}
+
+// reserve takes op for the gate of this process (Start).
+func (f *inflight) reserve(op string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, busy := f.ops[op]; busy {
+		return false
+	}
+	f.ops[op] = struct{}{}
+	if f.starting == nil {
+		f.starting = map[string]struct{}{}
+	}
+	f.starting[op] = struct{}{}
+	return true
+}
+
+// unreserve gives back what reserve took.
+func (f *inflight) unreserve(op string) {
+	f.mu.Lock()
+	delete(f.ops, op)
+	delete(f.starting, op)
+	f.mu.Unlock()
+}
+
+// reserved reports whether the gate of this process holds op (reserve).
+func (f *inflight) reserved(op string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.starting[op]
+	return ok
 }
 
 func (f *inflight) release(op string) {

@@ -83,6 +83,10 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
 			fmt.Fprintf(w, "limit_ratio:                 %10.2f   (ops/s / (raw msgs/s / 3): three durable records per op the least)\n", res.LimitRatio)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
+			if res.SkeletonOps > 0 {
+				fmt.Fprintf(w, "NATS skeleton of the pipeline: %8.0f ops/s, CPU per op %.0f µs  (the same messages and deliveries, no Airlock work; Airlock's own share of CPU per op %.0f%%)\n",
+					res.SkeletonOpsPerS, res.SkeletonCPUPerOpUS, 100*res.AirlockCPUShare)
+			}
 			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
 			if res.GateDecidesAll {
 				fmt.Fprintf(w, "every op decided:            %10s       (--gate-decides-all: no op started by the gate's process)\n", "on")
@@ -135,6 +139,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Holds, "holds", 200, "held ops to grant in the hold phase (-1: none)")
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.IntVar(&cfg.Paced, "paced", 0, "ops of each latency phase: paced at --rate, then 16 in flight (default 2000, --ops when fewer; -1: none)")
+	f.IntVar(&cfg.Skeleton, "skeleton", 0, "ops through the pipeline's NATS skeleton (its messages, headers, deliveries and acknowledgements, no Airlock work) on a fresh server (default --ops; -1: none)")
 	f.IntVar(&cfg.Window, "window", 0, "report the pipeline phase in windows of this many ops (ops/s, CPU per op, p99, memory): a soak; 0 for none")
 	f.Float64Var(&cfg.Rate, "rate", 0, "ops/s of the paced phase; 0 for half the pipeline phase's")
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")

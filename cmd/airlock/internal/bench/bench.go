@@ -67,6 +67,10 @@ type Config struct {
 	// 0 for half the pipeline phase's.
 	Paced int
 	Rate  float64
+	// Skeleton is the number of ops of the NATS skeleton phase (the
+	// pipeline's messages without Airlock's work, on a fresh server);
+	// default Ops, -1 for none.
+	Skeleton int
 	// Window, when positive, cuts the timed pipeline phase into windows
 	// of this many ops and reports each (Result.Windows): a soak that
 	// shows whether ops/s, CPU per op and memory stay flat with the work.
@@ -109,6 +113,17 @@ type Result struct {
 	// op (the accepted request, the claim before the effect, the
 	// outcome) being the least the design needs.
 	LimitRatio float64 `json:"limit_ratio"`
+	// SkeletonOps ops ran through the pipeline's NATS skeleton (the same
+	// streams, messages, headers, deliveries and acknowledgements, no
+	// Airlock work; see skeleton) on a fresh server, at SkeletonOpsPerS
+	// and SkeletonCPUPerOpUS; AirlockCPUShare is 1 - SkeletonCPUPerOpUS /
+	// CPUUSPerOp: the part of the pipeline's CPU per op that is not the
+	// messages' own.
+	SkeletonOps        int     `json:"skeleton_ops"`
+	SkeletonOpsPerS    float64 `json:"skeleton_ops_per_s"`
+	SkeletonCPUPerOpUS float64 `json:"skeleton_cpu_per_op_us"`
+	SkeletonMsgsPerOp  float64 `json:"skeleton_msgs_per_op"`
+	AirlockCPUShare    float64 `json:"airlock_cpu_share"`
 	// Paced ops were submitted at PacedRate ops/s (achieving
 	// PacedOpsPerS), each measured from its scheduled time to its
 	// outcome; then as many LowConcurrency at a time.
@@ -237,6 +252,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Paced == 0 {
 		cfg.Paced = min(2000, cfg.Ops)
 	}
+	if cfg.Skeleton == 0 {
+		cfg.Skeleton = cfg.Ops
+	}
 	if cfg.Dir == "" {
 		dir, err := os.MkdirTemp("", "airlock-bench-")
 		if err != nil {
@@ -258,6 +276,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Efficiency = res.OpsPerS * res.MsgsPerOp / res.RawMsgsPerS
 	res.LimitRatio = res.OpsPerS / (res.RawMsgsPerS / 3)
+	if cfg.Skeleton > 0 {
+		res.SkeletonOps = cfg.Skeleton
+		if res.SkeletonOpsPerS, res.SkeletonCPUPerOpUS, res.SkeletonMsgsPerOp, err = skeleton(ctx, cfg, &res, cfg.Skeleton); err != nil {
+			return res, fmt.Errorf("NATS skeleton: %w", err)
+		}
+		res.AirlockCPUShare = 1 - res.SkeletonCPUPerOpUS/res.CPUUSPerOp
+	}
 	if cfg.Results > 0 {
 		ops, err := again(ctx, cfg, "noresults", func(c *Config) { c.noResults = true })
 		if err != nil {
@@ -283,7 +308,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 // under cfg.Dir, as change makes it, and returns its ops/s.
 func again(ctx context.Context, cfg Config, dir string, change func(*Config)) (float64, error) {
 	var r Result
-	cfg.Holds, cfg.Execs, cfg.Results, cfg.Paced = -1, -1, -1, -1
+	cfg.Holds, cfg.Execs, cfg.Results, cfg.Paced, cfg.Skeleton = -1, -1, -1, -1, -1
 	cfg.Dir = filepath.Join(cfg.Dir, dir)
 	change(&cfg)
 	if _, _, err := pipeline(ctx, cfg, &r); err != nil {

@@ -21,7 +21,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	require.NoError(t, err)
 	assertProgress(t, calls, []progressCall{
 		{bench.PhasePipeline, 300, 300}, {bench.PhasePaced, 60, 60}, {bench.PhaseLow, 60, 60}, {bench.PhaseFetch, 40, 40}, {bench.PhaseHolds, 20, 20}, {bench.PhaseExec, 20, 20}, {bench.PhaseForkExec, 20, 20},
-		{bench.PhaseRaw, 1200, 1200}, {bench.PhaseRawPaced, 60, 60}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
+		{bench.PhaseRaw, 1200, 1200}, {bench.PhaseRawPaced, 60, 60}, {bench.PhaseSkeleton, 300, 300}, {bench.PhasePipelineNoResults, 300, 300}, {bench.PhasePipelineNoLog, 300, 300},
 		{bench.PhaseAuditAppend, 3000, 3000}, {bench.PhaseAuditVerify, 3000, 3000},
 	})
 	assert.Equal(t, 300, res.Ops)
@@ -53,6 +53,12 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.RawMsgsPerS, 0.0)
 	assert.InDelta(t, res.OpsPerS*res.MsgsPerOp/res.RawMsgsPerS, res.Efficiency, 1e-9)
 	assert.InDelta(t, res.OpsPerS/(res.RawMsgsPerS/3), res.LimitRatio, 1e-9)
+	// The NATS skeleton: as many ops, the pipeline's four messages each.
+	assert.Equal(t, 300, res.SkeletonOps)
+	assert.Greater(t, res.SkeletonOpsPerS, 0.0)
+	assert.Greater(t, res.SkeletonCPUPerOpUS, 0.0)
+	assert.Equal(t, 4.0, res.SkeletonMsgsPerOp)
+	assert.InDelta(t, 1-res.SkeletonCPUPerOpUS/res.CPUUSPerOp, res.AirlockCPUShare, 1e-9)
 	assert.Equal(t, 60, res.Paced)
 	assert.InDelta(t, res.OpsPerS/2, res.PacedRate, 1e-9, "half the peak")
 	assert.Greater(t, res.PacedOpsPerS, 0.0)

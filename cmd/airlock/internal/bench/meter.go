@@ -18,6 +18,7 @@ const (
 	PhaseForkExec          = "fork/exec"
 	PhaseRaw               = "raw publish"
 	PhaseRawPaced          = "raw, paced"
+	PhaseSkeleton          = "NATS skeleton"
 	PhasePipelineNoLog     = "pipeline, no log"
 	PhasePipelineNoResults = "no results kept"
 	PhaseFetch             = "result fetch"

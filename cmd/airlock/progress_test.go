@@ -132,14 +132,15 @@ func TestProgressBench(t *testing.T) {
 			finals = append(finals, line[i+1:])
 		}
 	}
-	require.Len(t, finals, 7, "%q", tty)
+	require.Len(t, finals, 8, "%q", tty)
 	assert.Regexp(t, `^pipeline +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[0])
 	assert.Regexp(t, `^paced +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[1])
 	assert.Regexp(t, `^16 in flight +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[2])
 	assert.Regexp(t, `^result fetch +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[3])
 	assert.Regexp(t, `^raw publish +\[={24}\] 160/160 100%  \S+/s  in \S+ *\n$`, finals[4])
 	assert.Regexp(t, `^raw, paced +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[5])
-	assert.Regexp(t, `^no results kept +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[6])
+	assert.Regexp(t, `^NATS skeleton +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[6])
+	assert.Regexp(t, `^no results kept +\[={24}\] 40/40 100%  \S+/s  in \S+ *\n$`, finals[7])
 	// The bars line up.
 	for _, f := range finals {
 		assert.Equal(t, strings.Index(finals[0], "["), strings.Index(f, "["), f)

@@ -197,6 +197,8 @@ type App struct {
 	Server *server.Server
 	// Conn is the process's own connection.
 	Conn *nats.Conn
+	// projConn is the projector's connection.
+	projConn *nats.Conn
 	// JetStream is the process's JetStream context.
 	JetStream jetstream.JetStream
 	// Projector is the running projector.
@@ -471,8 +473,18 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	transitions := metrics.NewTransitions()
+	// The projector reads every op event: on a connection of its own, its
+	// deliveries do not queue behind the gate's and runner's acknowledgements
+	// in one read loop (docs/performance.md, "The projector's connection").
+	if a.projConn, err = nats.Connect(cfg.NATSURL, append(opts, nats.Name("airlock projector"))...); err != nil {
+		return fmt.Errorf("app: connect the projector: %w", err)
+	}
+	pjs, err := jetstream.New(a.projConn)
+	if err != nil {
+		return err
+	}
 	a.Projector, err = projector.New(projector.Config{
-		JetStream: a.JetStream, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
+		JetStream: pjs, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
 		AuditKey: a.AuditKey, Checkpoints: checkpoints,
 		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
 		AnchorDir:  cfg.DataDir,
@@ -651,6 +663,10 @@ func (a *App) close() {
 	if a.Conn != nil {
 		a.Conn.Close()
 		a.Conn = nil
+	}
+	if a.projConn != nil {
+		a.projConn.Close()
+		a.projConn = nil
 	}
 	if a.Store != nil {
 		a.walk.wait() // a start that failed early: the walk reads the store

@@ -6,7 +6,7 @@
 //
 //	m/applied                       last applied stream sequence (8 bytes, big endian)
 //	m/n/<state>, m/counted          ops in each state (see counts.go)
-//	o/<op id>                       the op, JSON (events.Op)
+//	o/<op id>                       the op (events.Op) in its binary form (oprecord.go); JSON when an earlier version wrote it
 //	a/<first seq>/<op id>           every op in creation order
 //	s/<state>/<first seq>/<op id>   ops by state, in creation order
 //	x/<first seq>/<op id>           terminal ops whose request is to be erased (see scrub.go)

@@ -246,19 +246,22 @@ func (s *Store) indexState(st events.State) (indexed, rewritten int, err error) 
 			return indexed, rewritten, err
 		}
 		op := new(events.Op)
-		err = json.Unmarshal(raw, op)
-		stale := bytes.Contains(raw, []byte(`"result":`))
+		var stale bool
+		if len(raw) > 0 && raw[0] == '{' {
+			// Written as JSON by an earlier version, which may have kept
+			// the op's result in it.
+			err = json.Unmarshal(raw, op)
+			stale = bytes.Contains(raw, []byte(`"result":`))
+		} else {
+			err = decodeOpRecord(raw, op)
+		}
 		closer.Close()
 		if err != nil {
 			return indexed, rewritten, fmt.Errorf("store: op %s: %w", id, err)
 		}
 		if stale {
 			// The struct has no result: writing the op back drops it.
-			v, err := events.MarshalJSON(op)
-			if err == nil {
-				err = pb.Set(opKey(id), v, nil)
-			}
-			if err != nil {
+			if err := pb.Set(opKey(id), appendOpRecord(nil, op), nil); err != nil {
 				return indexed, rewritten, err
 			}
 			rewritten++

@@ -122,7 +122,7 @@ func (s *Store) Op(id string) (*events.Op, error) {
 	}
 	defer closer.Close()
 	op := new(events.Op)
-	if err := events.UnmarshalJSON(v, op); err != nil {
+	if err := decodeOpRecord(v, op); err != nil {
 		return nil, fmt.Errorf("store: op %s: %w", id, err)
 	}
 	return op, nil
@@ -275,16 +275,17 @@ func (b *Batch) commit(sync bool) error {
 	pb := &sorted{w: make([]sortedWrite, 0, 8*len(b.order)+4*len(b.leaves)+8)}
 	delta := countDelta{}
 	retained := map[string]int64{}
+	// The batch's records, one after the other in one buffer; each value
+	// is a slice of it (a slice of an outgrown array stays valid).
+	recs := make([]byte, 0, 512*len(b.order))
 	for _, id := range b.order {
 		e := b.ops[id]
 		if e.op.State == events.StateNew {
 			continue // looked up but never created
 		}
-		v, err := events.MarshalJSON(e.op)
-		if err != nil {
-			return fmt.Errorf("store: marshal op %s: %w", id, err)
-		}
-		if err := pb.Set(opKey(id), v, nil); err != nil {
+		start := len(recs)
+		recs = appendOpRecord(recs, e.op)
+		if err := pb.Set(opKey(id), recs[start:len(recs):len(recs)], nil); err != nil {
 			return err
 		}
 		if err := markResult(pb, e, retained); err != nil { // see results.go

@@ -55,17 +55,33 @@ const (
 	recStarted
 	recResultEraseOnDelivery
 	recScrubbed
+
+	recKnownFlags = recScrubbed<<1 - 1
 )
 
-// appendOpRecord appends op's record to b.
-func appendOpRecord(b []byte, op *events.Op) []byte {
+// appendOpRecord appends op's record to b. It refuses, as the op's JSON
+// would, a time outside the years 0-9999 or with a zone offset of a day
+// or more: a record that could be written but not read back or shown.
+func appendOpRecord(b []byte, op *events.Op) ([]byte, error) {
 	var flags uint64
-	for i, set := range []bool{
-		op.HoldExpiresAt != nil, op.ResolvedAt != nil, op.ClaimedAt != nil, op.ResultKeptUntil != nil,
-		op.Started, op.ResultEraseOnDelivery, op.Scrubbed,
-	} {
-		if set {
-			flags |= 1 << i
+	set := func(flag uint64, on bool) {
+		if on {
+			flags |= flag
+		}
+	}
+	set(recHoldExpiresAt, op.HoldExpiresAt != nil)
+	set(recResolvedAt, op.ResolvedAt != nil)
+	set(recClaimedAt, op.ClaimedAt != nil)
+	set(recResultKeptUntil, op.ResultKeptUntil != nil)
+	set(recStarted, op.Started)
+	set(recResultEraseOnDelivery, op.ResultEraseOnDelivery)
+	set(recScrubbed, op.Scrubbed)
+	for _, t := range []*time.Time{op.HoldExpiresAt, op.ResolvedAt, op.ClaimedAt, op.ResultKeptUntil, &op.CreatedAt, &op.UpdatedAt} {
+		if t == nil {
+			continue
+		}
+		if _, offset := t.Zone(); t.Year() < 0 || t.Year() > 9999 || offset <= -24*3600 || offset >= 24*3600 {
+			return nil, fmt.Errorf("op %s: time %s cannot be stored", op.ID, t)
 		}
 	}
 	b = append(b, opRecordV1)
@@ -98,7 +114,7 @@ func appendOpRecord(b []byte, op *events.Op) []byte {
 	b = binary.AppendUvarint(b, op.Version)
 	b = binary.AppendUvarint(b, op.FirstSeq)
 	b = appendTime(b, op.CreatedAt)
-	return appendTime(b, op.UpdatedAt)
+	return appendTime(b, op.UpdatedAt), nil
 }
 
 func appendStrings(b []byte, ss ...string) []byte {
@@ -127,7 +143,7 @@ func appendTimeOpt(b []byte, t *time.Time) []byte {
 var errOpRecord = errors.New("op record does not decode")
 
 // decodeOpRecord reads a stored op record, binary or (written by an
-// earlier version) JSON, into op.
+// earlier version) JSON, into op, which must be zero.
 func decodeOpRecord(v []byte, op *events.Op) error {
 	if len(v) > 0 && v[0] == '{' {
 		return events.UnmarshalJSON(v, op)
@@ -143,7 +159,7 @@ func decodeOpRecord(v []byte, op *events.Op) error {
 	op.State = events.State(state)
 	op.RequestSeq = r.uvarint()
 	if n := r.uvarint(); n > 0 && r.err == nil {
-		if n > uint64(len(r.s)) { // each pair takes two bytes at least
+		if n > uint64(len(r.s))/2 { // each pair takes two bytes at least
 			return fmt.Errorf("%w: %d operands in %d bytes", errOpRecord, n, len(r.s))
 		}
 		op.Operands = make(map[string]string, n)
@@ -178,7 +194,7 @@ func decodeOpRecord(v []byte, op *events.Op) error {
 		return r.err
 	case len(r.s) != 0:
 		return fmt.Errorf("%w: %d bytes left over", errOpRecord, len(r.s))
-	case flags >= 1<<7:
+	case flags&^recKnownFlags != 0:
 		return fmt.Errorf("%w: unknown flags %#x", errOpRecord, flags)
 	}
 	return nil

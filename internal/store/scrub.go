@@ -261,7 +261,11 @@ func (s *Store) indexState(st events.State) (indexed, rewritten int, err error) 
 		}
 		if stale {
 			// The struct has no result: writing the op back drops it.
-			if err := pb.Set(opKey(id), appendOpRecord(nil, op), nil); err != nil {
+			v, err := appendOpRecord(nil, op)
+			if err == nil {
+				err = pb.Set(opKey(id), v, nil)
+			}
+			if err != nil {
 				return indexed, rewritten, err
 			}
 			rewritten++

@@ -284,7 +284,10 @@ func (b *Batch) commit(sync bool) error {
 			continue // looked up but never created
 		}
 		start := len(recs)
-		recs = appendOpRecord(recs, e.op)
+		var err error
+		if recs, err = appendOpRecord(recs, e.op); err != nil {
+			return fmt.Errorf("store: %w", err)
+		}
 		if err := pb.Set(opKey(id), recs[start:len(recs):len(recs)], nil); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/ledger"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/nats-io/nats.go"
@@ -375,18 +376,21 @@ func launchServe(dir string, env []string, args ...string) (*server, error) {
 	}
 }
 
-// ledgerLeft lists the per-op ledger entries left in a data dir.
+// ledgerLeft lists the ops with ledger records left in a data dir: the
+// exec ledger's journal as on disk, the patch ledger's per-op entries.
 func ledgerLeft(t testing.TB, dir string) []string {
 	t.Helper()
 	var left []string
-	for _, tool := range []string{"exec", "patch"} {
-		entries, err := os.ReadDir(filepath.Join(dir, "ledger", tool))
-		if os.IsNotExist(err) {
-			continue
-		}
+	ops, err := ledger.ReadKept(filepath.Join(dir, "ledger", "exec"))
+	require.NoError(t, err)
+	for _, op := range ops {
+		left = append(left, "exec/"+op)
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, "ledger", "patch"))
+	if !os.IsNotExist(err) {
 		require.NoError(t, err)
 		for _, e := range entries {
-			left = append(left, tool+"/"+e.Name())
+			left = append(left, "patch/"+e.Name())
 		}
 	}
 	return left

@@ -41,151 +41,141 @@ func (l Ledger) errorf(format string, args ...any) error {
 	return fmt.Errorf(l.Name+" ledger: "+format, args...)
 }
 
-// file is op's file, after checking both ids.
-func (l Ledger) file(op, attempt string) (string, error) {
-	if !validName(op) {
-		return "", l.errorf("op id %q is not a file name", op)
-	}
-	if !validName(attempt) {
-		return "", l.errorf("attempt id %q is not a file name", attempt)
-	}
-	return filepath.Join(l.Dir, op+suffix), nil
-}
-
 // Record is an attempt's started record, from Begin.
 type Record struct {
-	l             Ledger
-	path, attempt string
+	l           Ledger
+	j           *journal
+	op, attempt string
 }
 
 // Begin durably records that op's attempt is about to take its effect,
 // with rec as the record's content. It fails with ErrStarted if the
 // attempt has a record already.
 func (l Ledger) Begin(op, attempt string, rec []byte) (Record, error) {
-	p, err := l.file(op, attempt)
+	j, err := l.journal(op, attempt)
 	if err != nil {
 		return Record{}, err
 	}
-	r := Record{l: l, path: p, attempt: attempt}
-	frame := appendFrame(nil, kindStarted, attempt, rec)
-	// The op's first attempt here creates its file: the frame, then the
-	// file and its directory entry synced.
-	fd, err := openFile(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY|syscall.O_APPEND)
-	switch {
-	case err == nil:
-		if err := writeClose(fd, frame, !l.NoSync); err != nil {
-			return Record{}, l.errorf("write %s: %w", p, err)
+	var old bool
+	j.view(op, func(_ *opState, o bool) { old = o })
+	if old {
+		// An op with records in an earlier layout: its attempts there
+		// count too. Its later records go to the journal.
+		if _, err := l.oldLookup(op, attempt, ".started", "started record", parsed.startedOf); err == nil {
+			return Record{}, ErrStarted
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return Record{}, err
 		}
-		return r, l.syncDir(l.Dir)
-	case err != syscall.EEXIST:
-		return Record{}, l.errorf("create %s: %w", p, err)
 	}
-	// A later attempt (a recovery that runs the op again) appends.
-	b, err := os.ReadFile(p)
+	err = j.write(jStarted, op, attempt, rec, !l.NoSync, func(o *opState) error {
+		if _, ok := o.startedOf(attempt); ok {
+			return ErrStarted
+		}
+		return nil
+	})
 	if err != nil {
+		if errors.Is(err, ErrStarted) {
+			return Record{}, err
+		}
 		return Record{}, l.errorf("%w", err)
 	}
-	if _, started := parseFrames(b).startedOf(attempt); started {
-		return Record{}, ErrStarted
-	}
-	return r, l.append(p, frame, !l.NoSync)
+	return Record{l: l, j: j, op: op, attempt: attempt}, nil
 }
 
 // Update records rec as the attempt's started record from now on, without
 // fsync: a crash loses at most what rec adds. rec is the first record with
 // more detail, such as a pid.
 func (r Record) Update(rec []byte) error {
-	return r.l.append(r.path, appendFrame(nil, kindStarted, r.attempt, rec), false)
+	if err := r.j.write(jStarted, r.op, r.attempt, rec, false, nil); err != nil {
+		return r.l.errorf("%w", err)
+	}
+	return nil
 }
 
 // Abandon durably records that the attempt's effect was never taken: it
 // reads as having no started record.
 func (r Record) Abandon() error {
-	return r.l.append(r.path, appendFrame(nil, kindAbandoned, r.attempt, nil), !r.l.NoSync)
+	if err := r.j.write(jAbandoned, r.op, r.attempt, nil, !r.l.NoSync, nil); err != nil {
+		return r.l.errorf("%w", err)
+	}
+	return nil
 }
 
 // Finish durably records the result of op's attempt.
 func (l Ledger) Finish(op, attempt string, result []byte) error {
-	p, err := l.file(op, attempt)
+	j, err := l.journal(op, attempt)
 	if err != nil {
 		return err
 	}
-	fd, err := openFile(p, syscall.O_WRONLY|syscall.O_APPEND)
-	created := false
-	if err == syscall.ENOENT {
-		// No started record here (a caller that did not Begin): the
-		// file is new, and so is its directory entry.
-		fd, err = openFile(p, syscall.O_CREAT|syscall.O_WRONLY|syscall.O_APPEND)
-		created = true
-	}
-	if err != nil {
-		return l.errorf("open %s: %w", p, err)
-	}
-	if err := writeClose(fd, appendFrame(nil, kindDone, attempt, result), !l.NoSync); err != nil {
-		return l.errorf("write %s: %w", p, err)
-	}
-	if created {
-		return l.syncDir(l.Dir)
+	if err := j.write(jDone, op, attempt, result, !l.NoSync, nil); err != nil {
+		return l.errorf("%w", err)
 	}
 	return nil
 }
 
-// append appends frame to the existing file p, fsyncing it if sync.
-func (l Ledger) append(p string, frame []byte, sync bool) error {
-	fd, err := openFile(p, syscall.O_WRONLY|syscall.O_APPEND)
+// journal is l.Dir's journal, after checking both ids.
+func (l Ledger) journal(op, attempt string) (*journal, error) {
+	if !validName(op) {
+		return nil, l.errorf("op id %q is not a file name", op)
+	}
+	if !validName(attempt) {
+		return nil, l.errorf("attempt id %q is not a file name", attempt)
+	}
+	j, err := journalOf(l.Dir)
 	if err != nil {
-		return l.errorf("open %s: %w", p, err)
+		return nil, l.errorf("read %s: %w", l.Dir, err)
 	}
-	if err := writeClose(fd, frame, sync); err != nil {
-		return l.errorf("write %s: %w", p, err)
-	}
-	return nil
+	return j, nil
 }
 
 // Done returns the result Finish recorded for op's attempt, or an error
 // matching fs.ErrNotExist when there is none.
 func (l Ledger) Done(op, attempt string) ([]byte, error) {
-	return l.lookup(op, attempt, ".done", "result", parsed.doneOf)
+	return l.lookup(op, attempt, (*opState).doneOf, ".done", "result", parsed.doneOf)
 }
 
 // Started returns the started record of op's attempt, or an error
-// matching fs.ErrNotExist when there is none. A record cut short by a
-// crash is returned as far as it goes (it may not parse): it is a started
-// record all the same.
+// matching fs.ErrNotExist when there is none. A record in an earlier
+// layout's file cut short by a crash is returned as far as it goes (it may
+// not parse): it is a started record all the same.
 func (l Ledger) Started(op, attempt string) ([]byte, error) {
-	return l.lookup(op, attempt, ".started", "started record", parsed.startedOf)
+	return l.lookup(op, attempt, (*opState).startedOf, ".started", "started record", parsed.startedOf)
 }
 
-// lookup finds one record of op's attempt with of in op's file, or, when
-// the op has none, in the earlier layout's <op>/<attempt><oldSuffix>.
-func (l Ledger) lookup(op, attempt, oldSuffix, what string, of func(parsed, string) ([]byte, bool)) ([]byte, error) {
-	p, found, err := l.read(op, attempt)
-	switch {
-	case err != nil:
+// lookup finds one record of op's attempt with of in the journal, else,
+// when the op has records in an earlier layout, with oldOf there.
+func (l Ledger) lookup(op, attempt string, of func(*opState, string) ([]byte, bool), oldSuffix, what string, oldOf func(parsed, string) ([]byte, bool)) ([]byte, error) {
+	j, err := l.journal(op, attempt)
+	if err != nil {
 		return nil, err
-	case !found:
-		return l.readOld(op, attempt, oldSuffix)
 	}
-	if b, ok := of(p, attempt); ok {
+	var b []byte
+	var ok, old bool
+	j.view(op, func(o *opState, isOld bool) { b, ok = of(o, attempt); old = isOld })
+	switch {
+	case ok:
 		return b, nil
+	case old:
+		return l.oldLookup(op, attempt, oldSuffix, what, oldOf)
 	}
 	return nil, l.errorf("no %s of attempt %s: %w", what, attempt, fs.ErrNotExist)
 }
 
-// read parses op's file; found is false when it has none.
-func (l Ledger) read(op, attempt string) (parsed, bool, error) {
-	p, err := l.file(op, attempt)
-	if err != nil {
-		return parsed{}, false, err
+// oldLookup finds one record of op's attempt in its file of the layout
+// before the journal (<op>.attempts), or, when it has none, in the one
+// before that (<op>/<attempt><oldSuffix>).
+func (l Ledger) oldLookup(op, attempt, oldSuffix, what string, of func(parsed, string) ([]byte, bool)) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(l.Dir, op+suffix))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return l.readOld(op, attempt, oldSuffix)
+	case err != nil:
+		return nil, l.errorf("%w", err)
 	}
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return parsed{}, false, nil
+	if rec, ok := of(parseFrames(b), attempt); ok {
+		return rec, nil
 	}
-	if err != nil {
-		return parsed{}, false, l.errorf("%w", err)
-	}
-	return parseFrames(b), true, nil
+	return nil, l.errorf("no %s of attempt %s: %w", what, attempt, fs.ErrNotExist)
 }
 
 // readOld reads a record of the earlier layout: <op>/<attempt><suffix>.
@@ -202,12 +192,35 @@ func (l Ledger) Forget(op string) error {
 	if !validName(op) {
 		return l.errorf("op id %q is not a file name", op)
 	}
+	j, err := journalOf(l.Dir)
+	if err != nil {
+		return l.errorf("read %s: %w", l.Dir, err)
+	}
+	// No sync: a forget lost to a crash leaves the op's records, and
+	// recovery forgets it again once it finds the op settled.
+	if err := j.write(jForget, op, "", nil, false, nil); err != nil {
+		return l.errorf("forget %s: %w", op, err)
+	}
+	var old bool
+	j.view(op, func(_ *opState, o bool) { old = o })
+	if !old {
+		return nil
+	}
+	if err := l.forgetOld(op); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	delete(j.old, op)
+	j.mu.Unlock()
+	return nil
+}
+
+// forgetOld removes op's records of the earlier layouts.
+func (l Ledger) forgetOld(op string) error {
 	err := ignoringEINTR(func() error { return syscall.Unlink(filepath.Join(l.Dir, op+suffix)) })
 	if err != nil && err != syscall.ENOENT {
 		return l.errorf("remove the records of %s: %w", op, err)
 	}
-	// The earlier layout's directory, if there is one: removing a
-	// directory that is not there costs one failed call.
 	old := filepath.Join(l.Dir, op)
 	switch err := ignoringEINTR(func() error { return syscall.Rmdir(old) }); err {
 	case nil, syscall.ENOENT, syscall.ENOTDIR:
@@ -219,43 +232,11 @@ func (l Ledger) Forget(op string) error {
 	return nil
 }
 
-// Kept lists the ops the ledger holds records of.
+// Kept lists the ops the ledger holds records of, sorted.
 func (l Ledger) Kept() ([]string, error) {
-	entries, err := os.ReadDir(l.Dir)
+	j, err := journalOf(l.Dir)
 	if err != nil {
-		return nil, l.errorf("%w", err)
+		return nil, l.errorf("read %s: %w", l.Dir, err)
 	}
-	var ops []string
-	seen := map[string]bool{}
-	for _, en := range entries {
-		name := en.Name()
-		op, isFile := strings.CutSuffix(name, suffix)
-		switch {
-		case isFile && en.Type().IsRegular() && validName(op):
-		case en.IsDir() && validName(name):
-			op = name // the earlier layout
-		default:
-			continue
-		}
-		if !seen[op] {
-			seen[op] = true
-			ops = append(ops, op)
-		}
-	}
-	return ops, nil
-}
-
-func (l Ledger) syncDir(dir string) error {
-	if l.NoSync {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return l.errorf("%w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return l.errorf("sync %s: %w", dir, err)
-	}
-	return nil
+	return j.kept(), nil
 }

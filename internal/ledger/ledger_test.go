@@ -1,10 +1,14 @@
 package ledger_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/airlock-dev/airlock/internal/ledger"
@@ -62,26 +66,49 @@ func TestAttemptRecords(t *testing.T) {
 	kept, err = l.Kept()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"op2"}, kept)
-	entries, err := os.ReadDir(l.Dir)
+	assert.Equal(t, []string{"journal-0000000000000001.log"}, names(t, l.Dir), "one journal for every op, no file per op")
+
+	// Read again from disk, as after a restart: the same records.
+	ledger.Reload(l.Dir)
+	kept, err = l.Kept()
 	require.NoError(t, err)
-	require.Len(t, entries, 1)
-	assert.Equal(t, "op2.attempts", entries[0].Name(), "one file per op, nothing else")
+	assert.Equal(t, []string{"op2"}, kept, "a forgotten op stays forgotten")
+	_, err = l.Done("op1", "A1")
+	assert.ErrorIs(t, err, fs.ErrNotExist)
+	b, err = l.Started("op2", "A1")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"again":true}`, string(b))
+	_, err = l.Begin("op2", "A1", nil)
+	assert.ErrorIs(t, err, ledger.ErrStarted, "an attempt read back from disk starts once")
 }
 
-// TestTornTailsReadAsStarted is what a crash mid-append leaves: the
-// file ends in a frame that is not whole. A torn result is no result; a
-// torn started record is a started record all the same; a tail too torn
-// to name its attempt counts as started for every attempt that has no
-// record, and never hides one that has.
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, en := range entries {
+		out = append(out, en.Name())
+	}
+	return out
+}
+
+// TestTornTailsReadAsStarted: the per-op files of the layout before the
+// journal (<op>.attempts, text frames), which a data dir may still hold
+// after an upgrade, are read as that version read them. A torn result is
+// no result; a torn started record is a started record all the same; a
+// tail too torn to name its attempt counts as started for every attempt
+// that has no record, and never hides one that has.
 func TestTornTailsReadAsStarted(t *testing.T) {
 	dir := t.TempDir()
 	l := ledger.Ledger{Dir: dir, Name: "test", NoSync: true}
 	file := filepath.Join(dir, "op1.attempts")
-	r, err := l.Begin("op1", "A1", []byte(`{"attempt":"A1"}`))
+	whole := []byte("started A1 16\n{\"attempt\":\"A1\"}\nstarted A1 24\n{\"attempt\":\"A1\",\"pid\":7}\n")
+	require.NoError(t, os.WriteFile(file, whole, 0o600))
+	ledger.Reload(dir)
+	kept, err := l.Kept()
 	require.NoError(t, err)
-	require.NoError(t, r.Update([]byte(`{"attempt":"A1","pid":7}`)))
-	whole, err := os.ReadFile(file)
-	require.NoError(t, err)
+	assert.Equal(t, []string{"op1"}, kept)
 
 	tail := func(s string) {
 		t.Helper()
@@ -159,9 +186,12 @@ func TestEarlierLayoutIsReadAndRemoved(t *testing.T) {
 	require.NoError(t, l.Forget("op_old"))
 	require.NoError(t, l.Forget("op_new"))
 	require.NoError(t, l.Forget("op_none"), "forgetting an op with no records is no error")
-	entries, err := os.ReadDir(dir)
+	kept, err = l.Kept()
 	require.NoError(t, err)
-	assert.Empty(t, entries)
+	assert.Empty(t, kept)
+	for _, name := range names(t, dir) {
+		assert.Regexp(t, `^journal-[0-9a-f]{16}\.log$`, name, "the earlier layout's files are gone")
+	}
 }
 
 func TestIdsThatAreNoFileNameAreRefused(t *testing.T) {
@@ -208,6 +238,225 @@ func BenchmarkAttempt(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// TestForgottenRecordsAreOverwritten: a result (a program's output, in
+// the clear) does not outlive its op in a segment that other ops keep.
+func TestForgottenRecordsAreOverwritten(t *testing.T) {
+	dir := t.TempDir()
+	l := ledger.Ledger{Dir: dir, Name: "test", NoSync: true}
+	_, err := l.Begin("other", "A1", []byte(`{"o":1}`))
+	require.NoError(t, err)
+	_, err = l.Begin("op1", "A1", []byte(`{"argv_sha256":"sha256:00"}`))
+	require.NoError(t, err)
+	require.NoError(t, l.Finish("op1", "A1", []byte(`{"stdout":"the-secret-output"}`)))
+	seg := filepath.Join(dir, "journal-0000000000000001.log")
+	b, err := os.ReadFile(seg)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "the-secret-output")
+	require.NoError(t, l.Forget("op1"))
+	b, err = os.ReadFile(seg)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "the-secret-output")
+	assert.NotContains(t, string(b), "sha256:00")
+
+	kept, err := ledger.ReadKept(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"other"}, kept, "read from disk: the overwritten frames are skipped")
+	rec, err := l.Started("other", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"o":1}`, string(rec))
+}
+
+// TestJournalSkipsDamagedFrames: what a crash or a damaged disk leaves in
+// a segment (a frame cut short, bytes that are no frame, a frame whose
+// checksum fails) is skipped, and the whole frames after it still count.
+func TestJournalSkipsDamagedFrames(t *testing.T) {
+	src := t.TempDir()
+	l := ledger.Ledger{Dir: src, Name: "test", NoSync: true}
+	seg := filepath.Join(src, "journal-0000000000000001.log")
+	frames := [][]byte{}
+	last := 0
+	step := func(f func() error) {
+		t.Helper()
+		require.NoError(t, f())
+		b, err := os.ReadFile(seg)
+		require.NoError(t, err)
+		frames = append(frames, b[last:])
+		last = len(b)
+	}
+	step(func() error { _, err := l.Begin("opA", "A1", []byte(`{"a":1}`)); return err })
+	step(func() error { return l.Finish("opA", "A1", []byte(`{"exit_code":0}`)) })
+	step(func() error { _, err := l.Begin("opB", "B1", []byte(`{"b":1}`)); return err })
+	step(func() error { _, err := l.Begin("opC", "C1", []byte(`{"c":1}`)); return err })
+
+	flipped := append([]byte{}, frames[3]...)
+	flipped[len(flipped)-2] ^= 0x20
+	var crafted []byte
+	crafted = append(crafted, frames[0]...)
+	crafted = append(crafted, frames[1][:len(frames[1])-4]...) // opA's result, cut short
+	crafted = append(crafted, "ALJ1\x00\x00\x00\x05junk and more junk"...)
+	crafted = append(crafted, frames[2]...) // whole: read
+	crafted = append(crafted, flipped...)   // its checksum fails: skipped
+	dst := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dst, "journal-0000000000000007.log"), crafted, 0o600))
+
+	m := ledger.Ledger{Dir: dst, Name: "test"}
+	b, err := m.Started("opA", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"a":1}`, string(b))
+	_, err = m.Done("opA", "A1")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a result cut short is no result: the attempt reads as started without one")
+	b, err = m.Started("opB", "B1")
+	require.NoError(t, err, "a whole frame after damage is read")
+	assert.Equal(t, `{"b":1}`, string(b))
+	_, err = m.Started("opC", "C1")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "a frame whose checksum fails is no record")
+	kept, err := m.Kept()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"opA", "opB"}, kept)
+
+	// Appends go to a segment of their own, after the last one found.
+	_, err = m.Begin("opD", "D1", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"journal-0000000000000007.log", "journal-0000000000000008.log"}, names(t, dst))
+}
+
+// TestJournalCopiesLongLivedOpsForward: an op whose attempt outlives many
+// others (a long call) does not keep every segment written since: once
+// more than the limit are kept, its records are copied into the newest
+// and the old segments go.
+func TestJournalCopiesLongLivedOpsForward(t *testing.T) {
+	ledger.SmallSegments(t, 512, 2)
+	dir := t.TempDir()
+	l := ledger.Ledger{Dir: dir, Name: "test"}
+	long, err := l.Begin("long", "L1", []byte(`{"long":true}`))
+	require.NoError(t, err)
+	require.NoError(t, long.Update([]byte(`{"long":true,"pid":42}`)))
+	abandoned, err := l.Begin("gaveup", "G1", []byte(`{"g":1}`))
+	require.NoError(t, err)
+	require.NoError(t, abandoned.Abandon())
+	for i := range 200 {
+		op := "op" + strconv.Itoa(i)
+		r, err := l.Begin(op, "A1", []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc"}`))
+		require.NoError(t, err)
+		require.NoError(t, r.Update([]byte(`{"pid":1}`)))
+		require.NoError(t, l.Finish(op, "A1", []byte(`{"exit_code":0}`)))
+		require.NoError(t, l.Forget(op))
+		assert.LessOrEqual(t, len(names(t, dir)), 2, "after op %d", i)
+	}
+	ledger.Reload(dir)
+	kept, err := l.Kept()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"gaveup", "long"}, kept)
+	b, err := l.Started("long", "L1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"long":true,"pid":42}`, string(b), "the newest started record, copied forward")
+	_, err = l.Started("gaveup", "G1")
+	assert.ErrorIs(t, err, fs.ErrNotExist, "still abandoned")
+	require.NoError(t, l.Finish("long", "L1", []byte(`{"exit_code":0}`)))
+	b, err = l.Done("long", "L1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"exit_code":0}`, string(b))
+	require.NoError(t, l.Forget("long"))
+	require.NoError(t, l.Forget("gaveup"))
+	for i := range 20 {
+		_, err := l.Begin("late"+strconv.Itoa(i), "A1", []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc"}`))
+		require.NoError(t, err)
+		require.NoError(t, l.Forget("late"+strconv.Itoa(i)))
+	}
+	assert.Len(t, names(t, dir), 1, "nothing left to keep but the segment in use")
+	ledger.Reload(dir)
+	kept, err = l.Kept()
+	require.NoError(t, err)
+	assert.Empty(t, kept)
+}
+
+// TestJournalConcurrentAttempts: many attempts at once, synced, across
+// segments: each attempt starts once, every record reads back, and the
+// ledger read again from disk holds what was not forgotten.
+func TestJournalConcurrentAttempts(t *testing.T) {
+	ledger.SmallSegments(t, 4096, 3)
+	dir := t.TempDir()
+	l := ledger.Ledger{Dir: dir, Name: "test"}
+	var wg sync.WaitGroup
+	var wins atomic.Int64
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 40 {
+				op := fmt.Sprintf("op-%d-%d", g, i)
+				r, err := l.Begin(op, "A1", []byte(`{"n":`+strconv.Itoa(i)+`}`))
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, r.Update([]byte(`{"pid":`+strconv.Itoa(g)+`}`)))
+				assert.NoError(t, l.Finish(op, "A1", []byte(op)))
+				b, err := l.Done(op, "A1")
+				assert.NoError(t, err)
+				assert.Equal(t, op, string(b))
+				if i%10 != 0 {
+					assert.NoError(t, l.Forget(op))
+				}
+			}
+			// Two starts of one attempt at once: one wins.
+			if _, err := l.Begin("contended", "C1", nil); err == nil {
+				wins.Add(1)
+			} else {
+				assert.ErrorIs(t, err, ledger.ErrStarted)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), wins.Load())
+	ledger.Reload(dir)
+	kept, err := l.Kept()
+	require.NoError(t, err)
+	assert.Len(t, kept, 16*4+1)
+	b, err := l.Done("op-3-10", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, "op-3-10", string(b))
+	b, err = l.Started("op-3-10", "A1")
+	require.NoError(t, err)
+	assert.Equal(t, `{"pid":3}`, string(b))
+	assert.LessOrEqual(t, len(names(t, dir)), 3)
+}
+
+// BenchmarkAttemptParallel is BenchmarkAttempt with 16 attempts at once,
+// as the exec phase of airlock bench runs them: with sync=on, attempts
+// that arrive while a sync runs share the next one.
+func BenchmarkAttemptParallel(b *testing.B) {
+	started := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z"}`)
+	withPID := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z","pid":123456}`)
+	done := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1}`)
+	for _, noSync := range []bool{true, false} {
+		name := "sync=on"
+		if noSync {
+			name = "sync=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := ledger.Ledger{Dir: b.TempDir(), Name: "bench", NoSync: noSync}
+			var n atomic.Int64
+			b.SetParallelism(16 / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op := "op" + strconv.FormatInt(n.Add(1), 10)
+					r, err := l.Begin(op, "A1", started)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := r.Update(withPID); err != nil {
+						b.Fatal(err)
+					}
+					if err := l.Finish(op, "A1", done); err != nil {
+						b.Fatal(err)
+					}
+					if err := l.Forget(op); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		})
 	}
 }

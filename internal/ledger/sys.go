@@ -24,22 +24,10 @@ func ignoringEINTR(f func() error) error {
 	}
 }
 
-// writeClose writes all of b to fd from its offset, fsyncs it if sync, and
-// closes it; the first error is returned, and fd is closed in any case.
-func writeClose(fd int, b []byte, sync bool) error {
-	err := writeAll(fd, b)
-	if err == nil && sync {
-		err = ignoringEINTR(func() error { return syscall.Fsync(fd) })
-	}
-	if cerr := syscall.Close(fd); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func writeAll(fd int, b []byte) error {
+// pwriteAll writes all of b to fd at off.
+func pwriteAll(fd int, b []byte, off int64) error {
 	for len(b) > 0 {
-		n, err := syscall.Write(fd, b)
+		n, err := syscall.Pwrite(fd, b, off)
 		switch {
 		case err == syscall.EINTR:
 			continue
@@ -49,6 +37,7 @@ func writeAll(fd int, b []byte) error {
 			return errors.New("short write")
 		}
 		b = b[n:]
+		off += int64(n)
 	}
 	return nil
 }

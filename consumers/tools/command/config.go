@@ -40,9 +40,9 @@ type Config struct {
 	// safe for concurrent use.
 	Root func(ws string) string
 	// LedgerDir holds the durable per-attempt records recovery reads
-	// (LedgerDir/<op>.attempts). Required; created (0700) if missing. It
-	// must be on a file system where fsync is durable, and private to
-	// Airlock.
+	// (a journal of segment files, internal/ledger). Required; created
+	// (0700) if missing. It must be on a file system where fsync is
+	// durable, and private to Airlock.
 	LedgerDir string
 	// LedgerNoSync writes the ledger without fsync (ledger.Ledger.NoSync):
 	// its records survive a crash of the process, not of the machine.

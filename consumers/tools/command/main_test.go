@@ -3,6 +3,7 @@ package command_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -89,18 +90,38 @@ func (f fixture) run(t testing.TB, c executor.Call) command.Result {
 	return r
 }
 
-// ledgerEntries lists every file under the ledger directory.
+// ledgerEntries lists every file under the ledger directory, with its
+// size: a record appended to a file changes it too.
 func (f fixture) ledgerEntries(t testing.TB) []string {
 	t.Helper()
 	var out []string
 	require.NoError(t, filepath.WalkDir(f.ledger, func(p string, d os.DirEntry, err error) error {
 		if err == nil && p != f.ledger {
 			rel, _ := filepath.Rel(f.ledger, p)
-			out = append(out, rel)
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprintf("%s %d", rel, info.Size()))
 		}
 		return err
 	}))
 	return out
+}
+
+// ledgerBytes is every file of the ledger directory, concatenated: what
+// is on disk, whichever process wrote it.
+func (f fixture) ledgerBytes(t testing.TB) string {
+	t.Helper()
+	var all []byte
+	entries, err := os.ReadDir(f.ledger)
+	require.NoError(t, err)
+	for _, en := range entries {
+		if b, err := os.ReadFile(filepath.Join(f.ledger, en.Name())); err == nil {
+			all = append(all, b...)
+		}
+	}
+	return string(all)
 }
 
 // gone reports whether pid no longer runs (absent, or a zombie nobody

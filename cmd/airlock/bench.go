@@ -105,6 +105,9 @@ func newBench() *cobra.Command {
 			}
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
+				if res.HeldEraseLagS > 0 {
+					fmt.Fprintf(w, "held requests erased:        %.2f s after the last grant  (one secure delete of AIRLOCK_HELD's block each; the exec phase waits for it)\n", res.HeldEraseLagS)
+				}
 			}
 			if res.Execs > 0 {
 				fmt.Fprintf(w, "exec of /bin/true:           %10.0f ops/s   (pipeline, %d at a time)\n", res.ExecOpsPerS, res.ExecConcurrency)

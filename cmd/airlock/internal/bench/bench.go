@@ -177,6 +177,10 @@ type Result struct {
 	Holds     int     `json:"holds"`
 	HoldP50MS float64 `json:"hold_p50_ms"`
 	HoldP99MS float64 `json:"hold_p99_ms"`
+	// HeldEraseLagS is how long after the hold phase AIRLOCK_HELD still
+	// held requests of granted ops, erased one secure delete at a time
+	// (measured before the exec phase, which starts after).
+	HeldEraseLagS float64 `json:"held_erase_lag_s,omitempty"`
 	// Execs exec ops of /bin/true ran through the pipeline at ExecOpsPerS;
 	// the same number of bare fork/execs ran at ForkExecPerS, both
 	// ExecConcurrency at a time. ExecOverhead is their ratio.
@@ -453,6 +457,25 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		}
 	}
 	if cfg.Execs > 0 {
+		// Like the phases of normal load, exec starts from a settled
+		// Airlock: the projection has folded the phases before, and
+		// their requests are erased; the bare fork/execs it is measured
+		// against run with nothing of them left.
+		if err := settle(ctx, a); err != nil {
+			return 0, 0, err
+		}
+		if !cfg.noLog && !cfg.noResults {
+			if _, err := erased(ctx, a.JetStream); err != nil {
+				return 0, 0, err
+			}
+			// A granted op's held request is erased with a secure
+			// delete, which rewrites AIRLOCK_HELD's block and syncs it:
+			// after a burst of grants that goes on for a while, and
+			// slows whatever runs meanwhile.
+			if res.HeldEraseLagS, err = emptied(ctx, a.JetStream, streams.Held); err != nil {
+				return 0, 0, err
+			}
+		}
 		if err := execs(ctx, cfg, c, execRoot, res); err != nil {
 			return 0, 0, fmt.Errorf("execs: %w", err)
 		}
@@ -469,7 +492,12 @@ const maxEraseWait = 10 * time.Minute
 
 // requestsStored is how many request messages AIRLOCK_REQUESTS holds.
 func requestsStored(ctx context.Context, js jetstream.JetStream) (uint64, error) {
-	st, err := js.Stream(ctx, streams.Requests)
+	return streamMsgs(ctx, js, streams.Requests)
+}
+
+// streamMsgs is how many messages stream holds.
+func streamMsgs(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return 0, err
 	}
@@ -484,9 +512,14 @@ func requestsStored(ctx context.Context, js jetstream.JetStream) (uint64, error)
 // run has ended, so the scrubber erases them all) and returns how long
 // that took, in seconds; an error past maxEraseWait.
 func erased(ctx context.Context, js jetstream.JetStream) (float64, error) {
+	return emptied(ctx, js, streams.Requests)
+}
+
+// emptied waits until stream holds no message, as erased does.
+func emptied(ctx context.Context, js jetstream.JetStream, stream string) (float64, error) {
 	start := time.Now()
 	for {
-		n, err := requestsStored(ctx, js)
+		n, err := streamMsgs(ctx, js, stream)
 		if err != nil {
 			return 0, err
 		}
@@ -494,7 +527,7 @@ func erased(ctx context.Context, js jetstream.JetStream) (float64, error) {
 			return time.Since(start).Seconds(), nil
 		}
 		if time.Since(start) > maxEraseWait {
-			return 0, fmt.Errorf("%d requests still stored %s after the last op ended: the scrubber does not keep up", n, maxEraseWait)
+			return 0, fmt.Errorf("%d messages still in %s %s after the last op ended: the scrubber does not keep up", n, stream, maxEraseWait)
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):

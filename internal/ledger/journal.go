@@ -123,11 +123,19 @@ func ReadKept(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	j, err := openJournal(abs)
-	if err != nil {
-		return nil, err
+	// A segment the writer removes between the listing and the read is
+	// read again from a new listing: the ops it held were copied to a
+	// newer segment or forgotten.
+	for try := 0; ; try++ {
+		j, err := openJournal(abs)
+		if errors.Is(err, fs.ErrNotExist) && try < 10 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return j.kept(), nil
 	}
-	return j.kept(), nil
 }
 
 // opState is what the journal holds of one op not forgotten.
@@ -475,27 +483,39 @@ func (j *journal) room(n int64) error {
 			return j.fail(fmt.Errorf("sync %s: %w", j.segmentPath(j.seg), err))
 		}
 		raiseTo(&j.synced, j.appended)
-		j.retire(j.fd)
-		j.fd = -1
 	}
+	// The next segment is created before the full one is let go: if it
+	// cannot be (a full disk, no descriptor left), appends go on in the
+	// full one and the next append tries again.
+	var fd int
+	var seg uint64
 	for {
-		n := j.next
+		seg = j.next
 		j.next++
-		fd, err := openFile(j.segmentPath(n), syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY)
+		var err error
+		fd, err = openFile(j.segmentPath(seg), syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY)
 		if err == syscall.EEXIST {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("create %s: %w", j.segmentPath(n), err)
+			j.next-- // the number is still free
+			if j.fd >= 0 {
+				return nil
+			}
+			return fmt.Errorf("create %s: %w", j.segmentPath(seg), err)
 		}
-		if err := syncDirFD(j.dir); err != nil {
-			_ = syscall.Close(fd)
-			return j.fail(fmt.Errorf("sync %s: %w", j.dir, err))
-		}
-		j.fd, j.seg, j.size = fd, n, 0
-		j.segs = append(j.segs, n)
 		break
 	}
+	if err := syncDirFD(j.dir); err != nil {
+		_ = syscall.Close(fd)
+		_ = syscall.Unlink(j.segmentPath(seg))
+		return j.fail(fmt.Errorf("sync %s: %w", j.dir, err))
+	}
+	if j.fd >= 0 {
+		j.retire(j.fd)
+	}
+	j.fd, j.seg, j.size = fd, seg, 0
+	j.segs = append(j.segs, seg)
 	if len(j.unscrubbed) > 0 {
 		j.scrub(&opState{recs: j.unscrubbed})
 		j.unscrubbed = nil
@@ -525,11 +545,13 @@ func (j *journal) compact() error {
 				}
 			}
 			for attempt, a := range o.attempts {
-				if a.hasStart {
+				switch {
+				case a.hasStart && a.abandoned:
+					// One frame, not started then abandoned: a copy
+					// cut between the two would read as started.
+					frame(jAbandoned, attempt, nil)
+				case a.hasStart:
 					frame(jStarted, attempt, a.started)
-					if a.abandoned {
-						frame(jAbandoned, attempt, nil)
-					}
 				}
 				if a.hasDone {
 					frame(jDone, attempt, a.done)
@@ -540,7 +562,12 @@ func (j *journal) compact() error {
 		}
 		if len(buf) > 0 {
 			if err := pwriteAll(j.fd, buf, j.size); err != nil {
-				return j.fail(fmt.Errorf("write %s: %w", j.segmentPath(j.seg), err))
+				// The ops keep the oldest segment; the copies go again
+				// at the next segment.
+				if terr := ignoringEINTR(func() error { return syscall.Ftruncate(j.fd, j.size) }); terr != nil {
+					return j.fail(fmt.Errorf("write %s: %w, then truncate: %w", j.segmentPath(j.seg), err, terr))
+				}
+				return nil
 			}
 			if err := ignoringEINTR(func() error { return syscall.Fdatasync(j.fd) }); err != nil {
 				return j.fail(fmt.Errorf("sync %s: %w", j.segmentPath(j.seg), err))
@@ -608,6 +635,11 @@ func (j *journal) syncTo(end uint64) error {
 		return nil
 	}
 	j.mu.Lock()
+	if j.synced.Load() >= end {
+		// A new segment's start synced the full one, with these bytes.
+		j.mu.Unlock()
+		return nil
+	}
 	if j.failed != nil {
 		j.mu.Unlock()
 		return j.failed

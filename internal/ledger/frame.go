@@ -41,6 +41,22 @@ type attemptRecords struct {
 	abandoned bool // after its started record: as if it had none
 }
 
+// textKind is the journal's kind of each kind of the text frames.
+var textKind = map[string]byte{kindStarted: jStarted, kindDone: jDone, kindAbandoned: jAbandoned}
+
+// take applies one record of kind (the journal's kinds) to a; an
+// unknown kind changes nothing.
+func (a *attemptRecords) take(kind byte, rec []byte) {
+	switch kind {
+	case jStarted:
+		a.started, a.hasStart, a.abandoned = rec, true, false
+	case jDone:
+		a.done, a.hasDone = rec, true
+	case jAbandoned:
+		a.abandoned = true
+	}
+}
+
 // parsed is an op's file, read.
 type parsed struct {
 	attempts map[string]*attemptRecords
@@ -83,17 +99,9 @@ func parseFrames(b []byte) parsed {
 			a = &attemptRecords{}
 			p.attempts[attempt] = a
 		}
-		switch kind {
-		case kindStarted:
-			a.started, a.hasStart, a.abandoned = rec, true, false
-		case kindDone:
-			a.done, a.hasDone = rec, true
-		case kindAbandoned:
-			a.abandoned = true
-		default:
-			// A kind this version does not know: skipped, as later
-			// versions may add some.
-		}
+		// A kind this version does not know is skipped, as later
+		// versions may add some.
+		a.take(textKind[kind], rec)
 		b = body[n+1:]
 	}
 	return p

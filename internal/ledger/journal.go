@@ -291,15 +291,7 @@ func (j *journal) apply(seg uint64, off int64, kind byte, op, attempt string, re
 	if len(rec) > 0 {
 		o.recs = append(o.recs, recLoc{seg: seg, off: off, n: len(rec)})
 	}
-	a := o.attempt(attempt)
-	switch kind {
-	case jStarted:
-		a.started, a.hasStart, a.abandoned = rec, true, false
-	case jDone:
-		a.done, a.hasDone = rec, true
-	case jAbandoned:
-		a.abandoned = true
-	}
+	o.attempt(attempt).take(kind, rec)
 }
 
 // scanFrames calls fn for each whole frame of b whose checksum holds, in

@@ -33,7 +33,7 @@ func TestSegmentThatCannotBeCreated(t *testing.T) {
 	require.NoError(t, failed)
 	_, err = l.Begin("op3", "A1", []byte(`{"n":3}`))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"journal-0000000000000001.log", "journal-0000000000000002.log"}, dirNames(t, dir))
+	assert.Equal(t, []string{"journal-0000000000000001.log", "journal-0000000000000002.log"}, DirNames(t, dir))
 	Reload(dir)
 	b, err := l.Done("op2", "A1")
 	require.NoError(t, err)
@@ -55,7 +55,7 @@ func TestAbandonedAttemptCopiedAsOneFrame(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Forget(op))
 	}
-	names := dirNames(t, dir)
+	names := DirNames(t, dir)
 	require.Len(t, names, 1)
 	b, err := os.ReadFile(filepath.Join(dir, names[0]))
 	require.NoError(t, err)
@@ -72,15 +72,4 @@ func TestAbandonedAttemptCopiedAsOneFrame(t *testing.T) {
 	kept, err := l.Kept()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"gaveup"}, kept)
-}
-
-func dirNames(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var out []string
-	for _, en := range entries {
-		out = append(out, en.Name())
-	}
-	return out
 }

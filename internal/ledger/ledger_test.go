@@ -66,7 +66,7 @@ func TestAttemptRecords(t *testing.T) {
 	kept, err = l.Kept()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"op2"}, kept)
-	assert.Equal(t, []string{"journal-0000000000000001.log"}, names(t, l.Dir), "one journal for every op, no file per op")
+	assert.Equal(t, []string{"journal-0000000000000001.log"}, ledger.DirNames(t, l.Dir), "one journal for every op, no file per op")
 
 	// Read again from disk, as after a restart: the same records.
 	ledger.Reload(l.Dir)
@@ -80,17 +80,6 @@ func TestAttemptRecords(t *testing.T) {
 	assert.JSONEq(t, `{"again":true}`, string(b))
 	_, err = l.Begin("op2", "A1", nil)
 	assert.ErrorIs(t, err, ledger.ErrStarted, "an attempt read back from disk starts once")
-}
-
-func names(t *testing.T, dir string) []string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var out []string
-	for _, en := range entries {
-		out = append(out, en.Name())
-	}
-	return out
 }
 
 // TestTornTailsReadAsStarted: the per-op files of the layout before the
@@ -189,7 +178,7 @@ func TestEarlierLayoutIsReadAndRemoved(t *testing.T) {
 	kept, err = l.Kept()
 	require.NoError(t, err)
 	assert.Empty(t, kept)
-	for _, name := range names(t, dir) {
+	for _, name := range ledger.DirNames(t, dir) {
 		assert.Regexp(t, `^journal-[0-9a-f]{16}\.log$`, name, "the earlier layout's files are gone")
 	}
 }
@@ -203,43 +192,6 @@ func TestIdsThatAreNoFileNameAreRefused(t *testing.T) {
 	entries, err := os.ReadDir(l.Dir)
 	require.NoError(t, err)
 	assert.Empty(t, entries)
-}
-
-// BenchmarkAttempt is the ledger's share of one exec call: the started
-// record, its pid update, the result, and forgetting the op once its
-// outcome is stored. sync=off is the ledger beside an embedded server
-// that fsyncs on an interval (ledgerNoSync), the default.
-func BenchmarkAttempt(b *testing.B) {
-	started := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z"}`)
-	withPID := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z","pid":123456}`)
-	done := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1}`)
-	for _, noSync := range []bool{true, false} {
-		name := "sync=on"
-		if noSync {
-			name = "sync=off"
-		}
-		b.Run(name, func(b *testing.B) {
-			l := ledger.Ledger{Dir: b.TempDir(), Name: "bench", NoSync: noSync}
-			i := 0
-			for b.Loop() {
-				op := "op" + strconv.Itoa(i)
-				i++
-				r, err := l.Begin(op, "A1", started)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := r.Update(withPID); err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Finish(op, "A1", done); err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Forget(op); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
 }
 
 // TestForgottenRecordsAreOverwritten: a result (a program's output, in
@@ -321,7 +273,7 @@ func TestJournalSkipsDamagedFrames(t *testing.T) {
 	// Appends go to a segment of their own, after the last one found.
 	_, err = m.Begin("opD", "D1", nil)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"journal-0000000000000007.log", "journal-0000000000000008.log"}, names(t, dst))
+	assert.Equal(t, []string{"journal-0000000000000007.log", "journal-0000000000000008.log"}, ledger.DirNames(t, dst))
 }
 
 // TestJournalCopiesLongLivedOpsForward: an op whose attempt outlives many
@@ -345,7 +297,7 @@ func TestJournalCopiesLongLivedOpsForward(t *testing.T) {
 		require.NoError(t, r.Update([]byte(`{"pid":1}`)))
 		require.NoError(t, l.Finish(op, "A1", []byte(`{"exit_code":0}`)))
 		require.NoError(t, l.Forget(op))
-		assert.LessOrEqual(t, len(names(t, dir)), 2, "after op %d", i)
+		assert.LessOrEqual(t, len(ledger.DirNames(t, dir)), 2, "after op %d", i)
 	}
 	ledger.Reload(dir)
 	kept, err := l.Kept()
@@ -367,7 +319,7 @@ func TestJournalCopiesLongLivedOpsForward(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, l.Forget("late"+strconv.Itoa(i)))
 	}
-	assert.Len(t, names(t, dir), 1, "nothing left to keep but the segment in use")
+	assert.Len(t, ledger.DirNames(t, dir), 1, "nothing left to keep but the segment in use")
 	ledger.Reload(dir)
 	kept, err = l.Kept()
 	require.NoError(t, err)
@@ -420,43 +372,71 @@ func TestJournalConcurrentAttempts(t *testing.T) {
 	b, err = l.Started("op-3-10", "A1")
 	require.NoError(t, err)
 	assert.Equal(t, `{"pid":3}`, string(b))
-	assert.LessOrEqual(t, len(names(t, dir)), 3)
+	assert.LessOrEqual(t, len(ledger.DirNames(t, dir)), 3)
+}
+
+// The records of one exec call, as BenchmarkAttempt writes them.
+var (
+	benchStarted = []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z"}`)
+	benchWithPID = []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z","pid":123456}`)
+	benchDone    = []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1}`)
+)
+
+// benchAttempt writes one exec call's records for op and forgets it.
+func benchAttempt(b *testing.B, l ledger.Ledger, op string) {
+	r, err := l.Begin(op, "A1", benchStarted)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Update(benchWithPID); err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Finish(op, "A1", benchDone); err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Forget(op); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkAttempt is the ledger's share of one exec call: the started
+// record, its pid update, the result, and forgetting the op once its
+// outcome is stored. sync=off is the ledger beside an embedded server
+// that fsyncs on an interval (ledgerNoSync), the default.
+func BenchmarkAttempt(b *testing.B) {
+	for _, noSync := range []bool{true, false} {
+		b.Run(syncName(noSync), func(b *testing.B) {
+			l := ledger.Ledger{Dir: b.TempDir(), Name: "bench", NoSync: noSync}
+			i := 0
+			for b.Loop() {
+				benchAttempt(b, l, "op"+strconv.Itoa(i))
+				i++
+			}
+		})
+	}
 }
 
 // BenchmarkAttemptParallel is BenchmarkAttempt with 16 attempts at once,
 // as the exec phase of airlock bench runs them: with sync=on, attempts
 // that arrive while a sync runs share the next one.
 func BenchmarkAttemptParallel(b *testing.B) {
-	started := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z"}`)
-	withPID := []byte(`{"attempt":"A1","argv_sha256":"sha256:8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1","started_at":"2026-12-04T18:00:00.123456789Z","pid":123456}`)
-	done := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1}`)
 	for _, noSync := range []bool{true, false} {
-		name := "sync=on"
-		if noSync {
-			name = "sync=off"
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(syncName(noSync), func(b *testing.B) {
 			l := ledger.Ledger{Dir: b.TempDir(), Name: "bench", NoSync: noSync}
 			var n atomic.Int64
 			b.SetParallelism(16 / runtime.GOMAXPROCS(0))
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					op := "op" + strconv.FormatInt(n.Add(1), 10)
-					r, err := l.Begin(op, "A1", started)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := r.Update(withPID); err != nil {
-						b.Fatal(err)
-					}
-					if err := l.Finish(op, "A1", done); err != nil {
-						b.Fatal(err)
-					}
-					if err := l.Forget(op); err != nil {
-						b.Fatal(err)
-					}
+					benchAttempt(b, l, "op"+strconv.FormatInt(n.Add(1), 10))
 				}
 			})
 		})
 	}
+}
+
+func syncName(noSync bool) string {
+	if noSync {
+		return "sync=off"
+	}
+	return "sync=on"
 }

@@ -431,10 +431,13 @@ func corrupt(err error) error {
 		return err
 	}
 	// Pebble marks what a checksum caught; a manifest or OPTIONS file
-	// that no longer parses it reports in words.
+	// that no longer parses it reports in words, and so a table the
+	// manifest names that is not on the disk (a manifest whose newest
+	// edits were damaged names tables a compaction had removed).
 	msg := strings.ToLower(err.Error())
 	if pebble.IsCorruptionError(err) || strings.Contains(msg, "corrupt") || strings.Contains(msg, "checksum") ||
-		strings.Contains(msg, "malformed") || strings.Contains(msg, "invalid key=value") || strings.Contains(msg, "invalid options") {
+		strings.Contains(msg, "malformed") || strings.Contains(msg, "invalid key=value") || strings.Contains(msg, "invalid options") ||
+		strings.Contains(msg, "unknown to the objstorage provider") {
 		return fmt.Errorf("%w: %s", audit.ErrUnreadable, firstLine(err.Error()))
 	}
 	return err

@@ -2,11 +2,14 @@ package store_test
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -158,4 +161,33 @@ func TestLiveCacheStaysCurrentWhenFull(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, ops, s)
 	}
+}
+
+// TestMissingTableIsUnreadable: a table the manifest names and the disk
+// no longer holds (a manifest whose newest edits were damaged, and so
+// dropped, names tables a compaction had already removed) makes the
+// store unreadable, as a checksum that fails does: an operator is told
+// to rebuild the projection, not shown a bare file error.
+func TestMissingTableIsUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(dir)
+	require.NoError(t, err)
+	b := st.NewBatch()
+	op, err := b.Op(opID(1), true)
+	require.NoError(t, err)
+	require.NoError(t, op.Apply(decided(1), 1, time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+	b.SetApplied(1)
+	require.NoError(t, b.Commit(true))
+	require.NoError(t, store.DB(st).Flush())
+	require.NoError(t, st.Close())
+
+	tables, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, tables)
+	for _, f := range tables {
+		require.NoError(t, os.Remove(f))
+	}
+	_, err = store.Open(dir)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, audit.ErrUnreadable, "%v", err)
 }

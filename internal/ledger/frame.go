@@ -57,6 +57,23 @@ func (a *attemptRecords) take(kind byte, rec []byte) {
 	}
 }
 
+// startedRec is the attempt's newest started record, unless it was
+// abandoned; a is nil for an attempt with no record.
+func (a *attemptRecords) startedRec() ([]byte, bool) {
+	if a == nil || !a.hasStart || a.abandoned {
+		return nil, false
+	}
+	return a.started, true
+}
+
+// doneRec is the attempt's whole result, if it has one.
+func (a *attemptRecords) doneRec() ([]byte, bool) {
+	if a == nil || !a.hasDone {
+		return nil, false
+	}
+	return a.done, true
+}
+
 // parsed is an op's file, read.
 type parsed struct {
 	attempts map[string]*attemptRecords
@@ -112,10 +129,7 @@ func parseFrames(b []byte) parsed {
 // ok is false when the attempt has none, or gave it up.
 func (p parsed) startedOf(attempt string) (rec []byte, ok bool) {
 	if a := p.attempts[attempt]; a != nil && a.hasStart {
-		if a.abandoned {
-			return nil, false
-		}
-		return a.started, true
+		return a.startedRec()
 	}
 	if !p.torn {
 		return nil, false
@@ -130,9 +144,4 @@ func (p parsed) startedOf(attempt string) (rec []byte, ok bool) {
 }
 
 // doneOf is attempt's whole result, if it has one.
-func (p parsed) doneOf(attempt string) ([]byte, bool) {
-	if a := p.attempts[attempt]; a != nil && a.hasDone {
-		return a.done, true
-	}
-	return nil, false
-}
+func (p parsed) doneOf(attempt string) ([]byte, bool) { return p.attempts[attempt].doneRec() }

@@ -161,26 +161,21 @@ func (o *opState) attempt(a string) *attemptRecords {
 	return r
 }
 
-// startedOf is attempt's newest started record, unless it was abandoned.
+// startedOf is attempt's newest started record, unless it was abandoned;
+// o is nil for an op the journal holds nothing of.
 func (o *opState) startedOf(attempt string) ([]byte, bool) {
 	if o == nil {
 		return nil, false
 	}
-	a := o.attempts[attempt]
-	if a == nil || !a.hasStart || a.abandoned {
-		return nil, false
-	}
-	return a.started, true
+	return o.attempts[attempt].startedRec()
 }
 
+// doneOf is attempt's result, if it has one.
 func (o *opState) doneOf(attempt string) ([]byte, bool) {
 	if o == nil {
 		return nil, false
 	}
-	if a := o.attempts[attempt]; a != nil && a.hasDone {
-		return a.done, true
-	}
-	return nil, false
+	return o.attempts[attempt].doneRec()
 }
 
 type journal struct {
@@ -356,7 +351,7 @@ func appendJournalFrame(b []byte, kind byte, op, attempt string, rec []byte) []b
 	return b
 }
 
-// errFailed wraps the error that stopped the journal.
+// fail stops the journal with err, once, and returns what stopped it.
 func (j *journal) fail(err error) error {
 	if j.failed == nil {
 		j.failed = fmt.Errorf("%w; the ledger in %s takes no more records until Airlock restarts: check the disk, then restart", err, j.dir)
@@ -440,12 +435,22 @@ func (j *journal) applyLive(off int64, kind byte, op, attempt string, rec []byte
 // them until it is removed.
 func (j *journal) scrub(o *opState) {
 	var zeros [512]byte
+	// Segments other than this process's are opened once each.
+	other := map[uint64]int{}
+	defer func() {
+		for _, fd := range other {
+			_ = syscall.Close(fd)
+		}
+	}()
 	for _, r := range o.recs {
-		fd := j.fd
-		if r.seg != j.seg || j.fd < 0 {
-			var err error
-			if fd, err = openFile(j.segmentPath(r.seg), syscall.O_WRONLY); err != nil {
-				continue
+		fd, ok := j.fd, j.fd >= 0 && r.seg == j.seg
+		if !ok {
+			if fd, ok = other[r.seg]; !ok {
+				var err error
+				if fd, err = openFile(j.segmentPath(r.seg), syscall.O_WRONLY); err != nil {
+					continue
+				}
+				other[r.seg] = fd
 			}
 		}
 		for off, left := r.off, r.n; left > 0; {
@@ -455,9 +460,6 @@ func (j *journal) scrub(o *opState) {
 			}
 			off += int64(n)
 			left -= n
-		}
-		if fd != j.fd {
-			_ = syscall.Close(fd)
 		}
 	}
 }
@@ -678,7 +680,8 @@ func (j *journal) close() {
 	j.syncMu.Unlock()
 }
 
-// state returns op's state for reading under the lock: f runs with it.
+// view runs f with op's state and whether it has records in an earlier
+// layout, under the journal's lock.
 func (j *journal) view(op string, f func(o *opState, old bool)) {
 	j.mu.Lock()
 	defer j.mu.Unlock()

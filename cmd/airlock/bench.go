@@ -3,9 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
+	"strings"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/bench"
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/progress"
@@ -76,7 +79,7 @@ func newBench() *cobra.Command {
 			}
 			fmt.Fprintf(w, "raw JetStream async publish: %10.0f msgs/s  (%d msgs of %d B)\n", res.RawMsgsPerS, res.RawMsgs, res.RawMsgBytes)
 			fmt.Fprintf(w, "pipeline (echo):             %10.0f ops/s   (%d/%d completed)\n", res.OpsPerS, res.Completed, res.Ops)
-			fmt.Fprintf(w, "messages per op:             %10.2f\n", res.MsgsPerOp)
+			fmt.Fprintf(w, "messages per op:             %10.2f   (%s)\n", res.MsgsPerOp, byStream(res.StreamMsgsPerOp))
 			if res.Warmup > 0 {
 				fmt.Fprintf(w, "warm-up (cold start):        %10.0f ops/s   (%d ops before the timed ones, not counted)\n", res.WarmupOpsPerS, res.Warmup)
 			}
@@ -171,6 +174,15 @@ func printWindows(w io.Writer, ws []bench.Window) {
 	first, last := ws[0], ws[len(ws)-1]
 	fmt.Fprintf(w, "last window against the first: ops/s x%.2f, CPU per op x%.2f, peak RSS x%.2f\n",
 		last.OpsPerS/first.OpsPerS, last.CPUUSPerOp/first.CPUUSPerOp, last.PeakRSSMB/first.PeakRSSMB)
+}
+
+// byStream lists messages per op by stream, in name order.
+func byStream(m map[string]float64) string {
+	parts := make([]string, 0, len(m))
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, m[name]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // onOff says on or off.

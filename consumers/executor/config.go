@@ -27,6 +27,11 @@ type Config struct {
 	// Loops is how many batches of one tool are in hand at once; a slow
 	// call holds up only its own batch. Default 4.
 	Loops int
+	// Direct bounds the ops the gate of this process starts and runs
+	// itself at once (ADR 0025); past it ops are decided and taken by a
+	// runner's consumer. Default 2 × Loops × Workers (512): the bench's
+	// 512 submits in flight all take the shorter path.
+	Direct int
 	// ClaimTimeout is how long a claimed op may go without a heartbeat
 	// before its decided event is redelivered and recovery decides; default
 	// 30s. Runners heartbeat every third of it while a call runs.
@@ -92,6 +97,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Loops <= 0 {
 		c.Loops = 4
+	}
+	if c.Direct <= 0 {
+		c.Direct = 2 * c.Loops * c.Workers
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = 30 * time.Second

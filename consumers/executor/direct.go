@@ -38,7 +38,7 @@ func (r *Runner) drainDirect() {
 // Start reserves a place for op, of tool, that the gate of this process
 // would start itself. It fails when the tool has no executor here, when
 // its executor prepares evidence (that runs before the started event, in
-// the runner), when Loops × Workers such ops are running already (the op
+// the runner), when Config.Direct such ops are running already (the op
 // is then decided, and taken by the runner's consumer, as usual), or when
 // the op is in hand here already. The reservation holds the op in hand
 // from before its started event is appended until release: a delivery of

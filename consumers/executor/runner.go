@@ -34,7 +34,7 @@ type Runner struct {
 	requests jetstream.Stream
 	inflight inflight
 	// direct bounds the ops the gate of this process runs at once
-	// (Start): Loops × Workers, as the runner's own consumers of one tool.
+	// (Start): Config.Direct.
 	direct chan struct{}
 
 	provisioned sync.Once
@@ -54,7 +54,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	}
 	return &Runner{
 		cfg: cfg, w: w, id: nuid.Next(), inflight: inflight{ops: map[string]struct{}{}},
-		direct: make(chan struct{}, cfg.Loops*cfg.Workers),
+		direct: make(chan struct{}, cfg.Direct),
 	}, nil
 }
 

@@ -106,6 +106,9 @@ type Result struct {
 	RawMsgsPerS   float64 `json:"raw_msgs_per_s"`
 	OpsPerS       float64 `json:"ops_per_s"`
 	MsgsPerOp     float64 `json:"msgs_per_op"`
+	// StreamMsgsPerOp is MsgsPerOp by stream: each stream stores its
+	// messages one at a time, and with --fsync always syncs each.
+	StreamMsgsPerOp map[string]float64 `json:"stream_msgs_per_op,omitempty"`
 	// Efficiency is ops/s x msgs per op / raw msgs/s: the share of raw
 	// JetStream publish throughput the pipeline turns into ops.
 	Efficiency float64 `json:"efficiency"`
@@ -350,6 +353,10 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	if err != nil {
 		return 0, 0, err
 	}
+	baseSeqs, err := lastSeqs(ctx, a.JetStream)
+	if err != nil {
+		return 0, 0, err
+	}
 	nc, err := nats.Connect("", nats.InProcessServer(a.Server))
 	if err != nil {
 		return 0, 0, err
@@ -368,6 +375,9 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		}
 		res.WarmupOpsPerS = float64(cfg.Warmup) / time.Since(wstart).Seconds()
 		if baseMsgs, baseKept, baseBytes, err = stored(ctx, a.JetStream); err != nil {
+			return 0, 0, err
+		}
+		if baseSeqs, err = lastSeqs(ctx, a.JetStream); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -417,6 +427,14 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	var kept uint64
 	if msgs, kept, bytes, err = stored(ctx, a.JetStream); err != nil {
 		return 0, 0, err
+	}
+	seqs, err := lastSeqs(ctx, a.JetStream)
+	if err != nil {
+		return 0, 0, err
+	}
+	res.StreamMsgsPerOp = make(map[string]float64, len(seqs))
+	for name, seq := range seqs {
+		res.StreamMsgsPerOp[name] = float64(seq-baseSeqs[name]) / float64(cfg.Ops)
 	}
 	if res.OpsSubjects, err = subjects(ctx, a.JetStream, streams.Ops); err != nil {
 		return 0, 0, err
@@ -617,11 +635,14 @@ func fetches(ctx context.Context, cfg Config, c *producers.Client, res *Result) 
 	return nil
 }
 
+// storedStreams are the streams an op's messages go to.
+var storedStreams = []string{streams.Requests, streams.Ops, streams.Results}
+
 // stored counts the messages the streams took (requests, ops and results;
 // erased requests included: their sequences stay taken), the messages
 // they still hold and the bytes of those.
 func stored(ctx context.Context, js jetstream.JetStream) (msgs, kept, bytes uint64, err error) {
-	for _, name := range []string{streams.Requests, streams.Ops, streams.Results} {
+	for _, name := range storedStreams {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			return 0, 0, 0, err
@@ -632,6 +653,19 @@ func stored(ctx context.Context, js jetstream.JetStream) (msgs, kept, bytes uint
 		bytes += state.Bytes
 	}
 	return msgs, kept, bytes, nil
+}
+
+// lastSeqs is the last sequence of each stream stored counts.
+func lastSeqs(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	seqs := make(map[string]uint64, len(storedStreams))
+	for _, name := range storedStreams {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		seqs[name] = st.CachedInfo().State.LastSeq
+	}
+	return seqs, nil
 }
 
 // subjects is how many distinct subjects stream holds.

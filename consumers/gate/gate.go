@@ -165,6 +165,9 @@ type Gate struct {
 	// kept in progress until each op has ended; running counts those ops.
 	inHand  pull.Held
 	running sync.WaitGroup
+	// holding is the requests of the ops this gate held, for the resume
+	// of their grants (resume.go).
+	holding *handoff.Store[heldRequest]
 }
 
 // New returns a gate.
@@ -177,7 +180,7 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
-	g := &Gate{cfg: cfg, w: w, modes: newModes(), ready: make(chan struct{})}
+	g := &Gate{cfg: cfg, w: w, modes: newModes(), ready: make(chan struct{}), holding: newHolding()}
 	g.policy.Store(cfg.Policy)
 	g.source.Store(&cfg.PolicySource)
 	return g, nil
@@ -432,9 +435,11 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			g.reply(replyTo(a.m), *a.reply)
 		}
 		if held {
+			// Kept for the grant, whose resume then reads nothing back.
+			g.holding.Put(a.opID, a.reqSeq, heldRequest{req: a.req, replyTo: a.m.Headers().Get(events.HeaderReplyTo)})
 			// A hold lasts; its request leaves AIRLOCK_REQUESTS so that
 			// it does not keep its neighbours' deleted requests on disk.
-			if err := oplog.MoveToHeld(wctx, g.cfg.JetStream, g.reqs, a.reqSeq, a.opID); err != nil {
+			if err := oplog.MoveToHeld(wctx, g.cfg.JetStream, g.reqs, a.reqSeq, a.opID, a.m.Headers(), a.m.Data()); err != nil {
 				g.retry(a.m, "move held request "+a.opID, err)
 				continue
 			}

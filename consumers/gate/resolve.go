@@ -120,6 +120,7 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 			if err != nil {
 				return events.Reply{}, nil, err
 			}
+			g.forget(held)
 			g.cfg.Logger.Info("hold expired", "op", opID, "ws", ws, "hold", held.HoldID)
 			r, _, _ := refuse(events.CodeHoldExpired, "hold %s expired at %s", held.HoldID, held.ExpiresAt.Format(timeFormat))
 			r.State, r.Hold = events.StateExpired, info
@@ -149,10 +150,20 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		var gr *grant
 		if d, ok := data.(*events.Granted); ok {
 			gr = &grant{op: op, seq: seq, granted: d, held: held}
+		} else {
+			g.forget(held)
 		}
 		return events.Reply{OpID: opID, State: state, Hold: info}, gr, nil
 	}
 	return events.Reply{}, nil, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
+}
+
+// forget drops the request this gate kept of held's op, if any: the hold
+// ended without a grant, and nothing resumes it.
+func (g *Gate) forget(held *events.Held) {
+	if held.Request != nil {
+		g.holding.Take(held.OpID, held.Request.RequestSeq)
+	}
 }
 
 // checkApproval requires of an approver with a key a statement, signed

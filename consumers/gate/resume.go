@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/pull"
@@ -230,7 +231,7 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 		read     sync.WaitGroup
 	)
 	read.Go(func() { override, modeErr = g.freshOverride(ctx, op.Workspace) })
-	req, hdr, err := oplog.HeldRequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
+	req, inbox, err := g.heldRequest(ctx, op, held)
 	read.Wait()
 	if events.CodeOf(err) == events.CodeRequestUnavailable {
 		return deny(events.CodeRequestUnavailable, err.Error(), "", policy.Decision{})
@@ -247,7 +248,6 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 	if d.Outcome == policy.Deny {
 		return deny(d.Code, d.Reason, d.Hash, d)
 	}
-	inbox := hdr.Get(events.HeaderReplyTo)
 	if !events.ValidReplyTo(inbox, req.Agent) {
 		inbox = ""
 	}
@@ -261,4 +261,46 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),
 		Reason: "granted by " + gr.Approver + ": " + gr.Reason, Results: g.retention(gr.Workspace),
 	}, inbox
+}
+
+// Bounds of the requests a gate keeps of the ops it held. A hold the
+// gate forgot (evicted, resolved in another process, held before a
+// restart) is resumed from its copy in AIRLOCK_HELD, as every hold was
+// before: the kept request only saves that read.
+const (
+	HoldingMaxEntries = 1024
+	HoldingMaxBytes   = 16 << 20
+)
+
+// heldRequest is the request of an op this gate held, as it admitted it,
+// and the reply subject it carried.
+type heldRequest struct {
+	req     *events.Request
+	replyTo string
+}
+
+func newHolding() *handoff.Store[heldRequest] {
+	return handoff.NewStore(HoldingMaxEntries, HoldingMaxBytes, func(h heldRequest) int {
+		return len(h.req.Args) + len(h.replyTo) + len(h.req.Workspace) + len(h.req.Agent) + len(h.req.Tool)
+	})
+}
+
+// heldRequest is the request held op's grant resumes, and its reply
+// subject. The gate that held the op kept it (the request it parsed and
+// checked, at the sequence the held event names), and a grant that this
+// process resolves (as most are: the approver's answer waits on it) takes
+// it from there; any other reads the copy in AIRLOCK_HELD. That read is
+// where the resume would otherwise wait: a direct get is served in line
+// on the reader's connection, and a secure delete in AIRLOCK_HELD (the
+// erase of an ended op's copy) holds the stream's lock while it rewrites
+// and syncs the block.
+func (g *Gate) heldRequest(ctx context.Context, op oplog.Op, held *events.Held) (*events.Request, string, error) {
+	if h, ok := g.holding.Take(op.ID, held.Request.RequestSeq); ok {
+		return h.req, h.replyTo, nil
+	}
+	req, hdr, err := oplog.HeldRequestMsg(ctx, g.cfg.JetStream, g.reqs, held.Request.RequestSeq, op.ID)
+	if err != nil {
+		return nil, "", err
+	}
+	return req, hdr.Get(events.HeaderReplyTo), nil
 }

@@ -224,6 +224,14 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		}
 		now := time.Now()
 		sem := make(chan struct{}, workers)
+		// A held op's copy is erased securely whatever the backlog, and
+		// so one at a time (DefaultScrubWorkers) however many plain
+		// deletes go at once: each is a JetStream API request that
+		// rewrites and syncs AIRLOCK_HELD's block under its lock, and
+		// the server has as many API workers as cores. Eight at once
+		// held both of a 2-core machine's, and the gate's own requests
+		// (the delete that moves a new hold's request) waited behind them.
+		heldSem := make(chan struct{}, s.cfg.Workers)
 		var wg sync.WaitGroup
 		for i, sc := range todo {
 			purged := sc.RequestSeq < s.floor
@@ -244,7 +252,9 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 				if errs[i] == nil && sc.Held {
 					// The copy a hold kept in AIRLOCK_HELD, erased
 					// securely whatever the backlog: that stream is small.
+					heldSem <- struct{}{}
 					errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
+					<-heldSem
 				}
 			}()
 		}

@@ -12,13 +12,16 @@ const (
 	DefaultMaxBytes   = 16 << 20
 )
 
-// Args holds args by op id, oldest evicted first once either bound is
-// reached. It is safe for concurrent use.
-type Args struct {
+// Store holds one value per op id, under the request sequence it was
+// read from, oldest evicted first once either bound is reached: at most
+// maxEntries values and maxBytes bytes as size counts them. It is safe for
+// concurrent use.
+type Store[V any] struct {
 	maxEntries, maxBytes int
+	size                 func(V) int
 
 	mu    sync.Mutex
-	m     map[string]entry
+	m     map[string]entry[V]
 	queue []key // insertion order; entries taken since are skipped
 	head  int
 	bytes int
@@ -26,41 +29,57 @@ type Args struct {
 	hits, misses atomic.Uint64
 }
 
+// Args holds the args of admitted requests, for the runner of the same
+// process.
+type Args = Store[json.RawMessage]
+
 type key struct {
 	op  string
 	seq uint64
 }
 
-type entry struct {
+type entry[V any] struct {
 	seq  uint64
-	args json.RawMessage
+	v    V
+	size int
 }
 
 // New returns an empty Args holding at most maxEntries entries and
 // maxBytes bytes of args; 0 takes the defaults.
 func New(maxEntries, maxBytes int) *Args {
+	return NewStore(maxEntries, maxBytes, func(args json.RawMessage) int { return len(args) })
+}
+
+// NewStore returns an empty Store holding at most maxEntries values and
+// maxBytes bytes of them as size counts them; 0 takes the defaults.
+func NewStore[V any](maxEntries, maxBytes int, size func(V) int) *Store[V] {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
-	return &Args{maxEntries: maxEntries, maxBytes: maxBytes, m: make(map[string]entry)}
+	return &Store[V]{maxEntries: maxEntries, maxBytes: maxBytes, size: size, m: make(map[string]entry[V])}
 }
 
-// Put offers the args of op's request, stored at sequence seq. Args larger
-// than the byte bound are not kept. Put on a nil Args does nothing.
-func (a *Args) Put(op string, seq uint64, args json.RawMessage) {
-	if a == nil || len(args) > a.maxBytes {
+// Put offers the value read from op's request, stored at sequence seq.
+// A value larger than the byte bound is not kept. Put on a nil Store does
+// nothing.
+func (a *Store[V]) Put(op string, seq uint64, v V) {
+	if a == nil {
+		return
+	}
+	n := a.size(v)
+	if n > a.maxBytes {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if old, ok := a.m[op]; ok {
-		a.bytes -= len(old.args)
+		a.bytes -= old.size
 	}
-	a.m[op] = entry{seq: seq, args: args}
-	a.bytes += len(args)
+	a.m[op] = entry[V]{seq: seq, v: v, size: n}
+	a.bytes += n
 	a.queue = append(a.queue, key{op, seq})
 	for len(a.m) > a.maxEntries || a.bytes > a.maxBytes {
 		a.evictOldest()
@@ -75,7 +94,7 @@ func (a *Args) Put(op string, seq uint64, args json.RawMessage) {
 
 // compact drops from the queue the keys of entries taken or replaced since
 // they were put, which would otherwise pile up while nothing is evicted.
-func (a *Args) compact() {
+func (a *Store[V]) compact() {
 	live := a.queue[:0]
 	for _, k := range a.queue[a.head:] {
 		if e, ok := a.m[k.op]; ok && e.seq == k.seq {
@@ -87,42 +106,43 @@ func (a *Args) compact() {
 }
 
 // evictOldest drops the oldest entry still held.
-func (a *Args) evictOldest() {
+func (a *Store[V]) evictOldest() {
 	for a.head < len(a.queue) {
 		k := a.queue[a.head]
 		a.head++
 		if e, ok := a.m[k.op]; ok && e.seq == k.seq {
 			delete(a.m, k.op)
-			a.bytes -= len(e.args)
+			a.bytes -= e.size
 			return
 		}
 	}
 }
 
-// Take returns and forgets the args of op's request stored at seq, if
+// Take returns and forgets the value of op's request stored at seq, if
 // held. An entry for the op under another sequence is left alone. Take on
-// a nil Args finds nothing.
-func (a *Args) Take(op string, seq uint64) (json.RawMessage, bool) {
+// a nil Store finds nothing.
+func (a *Store[V]) Take(op string, seq uint64) (V, bool) {
+	var zero V
 	if a == nil {
-		return nil, false
+		return zero, false
 	}
 	a.mu.Lock()
 	e, ok := a.m[op]
 	if ok && e.seq == seq {
 		delete(a.m, op)
-		a.bytes -= len(e.args)
+		a.bytes -= e.size
 	}
 	a.mu.Unlock()
 	if !ok || e.seq != seq {
 		a.misses.Add(1)
-		return nil, false
+		return zero, false
 	}
 	a.hits.Add(1)
-	return e.args, true
+	return e.v, true
 }
 
-// Stats are how many Takes found their args and how many did not.
-func (a *Args) Stats() (hits, misses uint64) {
+// Stats are how many Takes found their value and how many did not.
+func (a *Store[V]) Stats() (hits, misses uint64) {
 	if a == nil {
 		return 0, 0
 	}
@@ -130,7 +150,7 @@ func (a *Args) Stats() (hits, misses uint64) {
 }
 
 // Len is how many entries are held, and their bytes.
-func (a *Args) Len() (entries, bytes int) {
+func (a *Store[V]) Len() (entries, bytes int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.m), a.bytes

@@ -103,3 +103,22 @@ func TestQueueStaysBounded(t *testing.T) {
 	assert.Zero(t, n)
 	assert.Zero(t, b)
 }
+
+func TestStoreCountsBytesBySize(t *testing.T) {
+	type req struct{ body string }
+	s := NewStore(0, 10, func(r req) int { return len(r.body) })
+	s.Put("op_a", 1, req{"12345"})
+	s.Put("op_b", 2, req{"123456"}) // 11 bytes in all: op_a goes
+	s.Put("op_c", 3, req{"12345678901"})
+	n, b := s.Len()
+	assert.Equal(t, 1, n, "a value larger than the bound is not kept")
+	assert.Equal(t, 6, b)
+	_, ok := s.Take("op_a", 1)
+	assert.False(t, ok)
+	r, ok := s.Take("op_b", 2)
+	require.True(t, ok)
+	assert.Equal(t, "123456", r.body)
+	n, b = s.Len()
+	assert.Equal(t, 0, n)
+	assert.Equal(t, 0, b)
+}

@@ -18,28 +18,22 @@ import (
 // with it. Moved out, the requests of the ops around it leave the disk as
 // soon as their block empties (ADR 0017).
 
-// MoveToHeld copies the request message at seq of held op op into
-// AIRLOCK_HELD, then deletes it from AIRLOCK_REQUESTS. Both steps are
+// MoveToHeld copies the request message at seq of held op op (its
+// headers hdr and body data, as the gate's delivery of it carried them)
+// into AIRLOCK_HELD, then deletes it from AIRLOCK_REQUESTS. Both steps are
 // idempotent: a copy already there is kept (one message per op), a
 // request already deleted counts as deleted. Readers find the request in
 // either place (RequestMsg).
-func MoveToHeld(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, op string) error {
-	raw, err := requests.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil // moved already (or erased: the op ended)
-	}
-	if err != nil {
-		return fmt.Errorf("move request %d to %s: %w", seq, streams.Held, err)
-	}
-	msg := &nats.Msg{Subject: events.HeldSubject(op), Header: nats.Header{}, Data: raw.Data}
-	for k, vs := range raw.Header {
-		// The request's own headers, not those the direct get added
-		// (Nats-Stream, Nats-Sequence, ...): AIRLOCK_HELD adds its own.
+func MoveToHeld(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, op string, hdr nats.Header, data []byte) error {
+	msg := &nats.Msg{Subject: events.HeldSubject(op), Header: nats.Header{}, Data: data}
+	for k, vs := range hdr {
+		// The request's own headers, not JetStream's (Nats-Msg-Id, and
+		// those a read adds): AIRLOCK_HELD adds its own.
 		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
 			msg.Header[k] = vs
 		}
 	}
-	_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID("held."+op), jetstream.WithExpectLastSequencePerSubject(0))
+	_, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID("held."+op), jetstream.WithExpectLastSequencePerSubject(0))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		err = nil // the copy is there

@@ -573,6 +573,36 @@ func TestGrantResumesWithoutTheResumeConsumer(t *testing.T) {
 		testenv.OpEvents(t, a.JetStream, "review", held.OpID))
 }
 
+// The gate that held an op keeps its request, and the grant it resolves
+// resumes from it, reading nothing back from AIRLOCK_HELD (where a secure
+// delete of an ended op's copy holds the stream's lock while it rewrites
+// the block). With the copy gone from the stream, the grant still runs the
+// op, once, with its args; a gate that did not hold the op (another
+// process, a restart: TestGrantedOpResumesAfterRestart) reads the copy.
+func TestGrantResumesFromTheRequestTheGateHeld(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"kept":"in the gate"}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	hs, err := a.JetStream.Stream(ctx, streams.Held)
+	require.NoError(t, err)
+	raw, err := hs.GetLastMsgForSubject(ctx, events.HeldSubject(held.OpID))
+	require.NoError(t, err)
+	require.NoError(t, hs.DeleteMsg(ctx, raw.Sequence))
+
+	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "go")
+	require.NoError(t, err)
+	got := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, got.State, "%s %s", got.ErrorCode, got.Error)
+	assert.Equal(t, 1, executions(t, counter, held.OpID))
+	done, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, events.StateCompleted, done.State)
+	assert.JSONEq(t, `{"kept":"in the gate"}`, string(done.Result), "the count executor answers with the args it ran")
+}
+
 // A rule added by a reload between the hold and the grant denies the
 // resume: the grant does not outrank the policy in force.
 func TestReloadedRuleDeniesOnResume(t *testing.T) {

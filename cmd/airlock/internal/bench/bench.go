@@ -180,6 +180,12 @@ type Result struct {
 	Holds     int     `json:"holds"`
 	HoldP50MS float64 `json:"hold_p50_ms"`
 	HoldP99MS float64 `json:"hold_p99_ms"`
+	// HeldAnswerP50MS and HeldAnswerP99MS are the latency of the held
+	// submits themselves, from the publish to APPROVAL_REQUIRED (the
+	// agent waits on it), and HoldPhaseS the hold phase's duration.
+	HeldAnswerP50MS float64 `json:"held_answer_p50_ms"`
+	HeldAnswerP99MS float64 `json:"held_answer_p99_ms"`
+	HoldPhaseS      float64 `json:"hold_phase_s"`
 	// HeldEraseLagS is how long after the hold phase AIRLOCK_HELD still
 	// held requests of granted ops, erased one secure delete at a time
 	// (measured before the exec phase, which starts after).

@@ -29,45 +29,54 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 		return err
 	}
 	lat := make([]time.Duration, cfg.Holds)
+	answer := make([]time.Duration, cfg.Holds)
+	t0 := time.Now()
 	if _, err := parallel(ctx, cfg.track(PhaseHolds, cfg.Holds), execConcurrency, cfg.Holds, func(i int) error {
-		d, err := holdOnce(ctx, c, ap, i)
-		lat[i] = d
+		var err error
+		answer[i], lat[i], err = holdOnce(ctx, c, ap, i)
 		return err
 	}); err != nil {
 		return err
 	}
+	res.HoldPhaseS = time.Since(t0).Seconds()
 	slices.Sort(lat)
+	slices.Sort(answer)
 	res.Holds = cfg.Holds
 	res.HoldP50MS = ms(lat[len(lat)/2])
 	res.HoldP99MS = ms(lat[len(lat)*99/100])
+	res.HeldAnswerP50MS = ms(answer[len(answer)/2])
+	res.HeldAnswerP99MS = ms(answer[len(answer)*99/100])
 	return nil
 }
 
 // holdOnce runs one op through a hold and a grant, and returns the time
-// from sending the grant to seeing the op completed.
-func holdOnce(ctx context.Context, c *producers.Client, ap *producers.Approver, i int) (time.Duration, error) {
+// its submit took to be answered APPROVAL_REQUIRED and the time from
+// sending the grant to seeing the op completed.
+func holdOnce(ctx context.Context, c *producers.Client, ap *producers.Approver, i int) (answer, granted time.Duration, err error) {
 	req := events.Request{
 		Workspace: holdWorkspace, Agent: "bench", Tool: "echo",
 		Args: json.RawMessage(fmt.Sprintf(`{"n":%d,"text":"held by the benchmark"}`, i)),
 	}
+	t0 := time.Now()
 	out, err := c.Submit(ctx, req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !out.Held() {
-		return 0, fmt.Errorf("op %s is %s, not held", out.OpID, out.State)
+		return 0, 0, fmt.Errorf("op %s is %s, not held", out.OpID, out.State)
 	}
-	t0 := time.Now()
+	answer = time.Since(t0)
+	t0 = time.Now()
 	res := events.Resolution{HoldID: out.HoldID, ArgsDigest: out.ArgsDigest, Decision: events.DecisionGrant, Reason: "benchmark"}
 	if _, err := ap.Resolve(ctx, holdWorkspace, res); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	done, err := c.Submit(ctx, req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if done.State != events.StateCompleted {
-		return 0, fmt.Errorf("op %s is %s after its grant", done.OpID, done.State)
+		return 0, 0, fmt.Errorf("op %s is %s after its grant", done.OpID, done.State)
 	}
-	return time.Since(t0), nil
+	return answer, time.Since(t0), nil
 }

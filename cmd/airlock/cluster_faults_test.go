@@ -315,16 +315,61 @@ func TestClusterLoadGoesOnThroughANodeLoss(t *testing.T) {
 		wg.Wait()
 	}()
 	waitFor(t, time.Minute, "the load runs", func() bool { return done.Load() > 100 })
-	node := d.cluster.node(leader(js, streams.Ops))
+	dead := leader(js, streams.Ops)
+	node := d.cluster.node(dead)
 	require.NotNil(t, node)
 	node.kill()
+	killed := time.Now()
 	defer node.start(t)
-	time.Sleep(8 * time.Second) // an election, and appends left without an answer
+	// The elections are NATS's (each raft group's own timeout, a few
+	// seconds, sometimes a second round): what is measured is the load
+	// once every stream and durable consumer has a leader again, after
+	// appends left without an answer have been given up and tried again.
+	var why string
+	waitFor(t, 45*time.Second, "every stream and durable consumer has a leader on a live node", func() bool {
+		w := unled(js, dead)
+		if w != why {
+			t.Logf("%.1f s after the kill: %s", time.Since(killed).Seconds(), w)
+		}
+		why = w
+		return why == ""
+	})
+	t.Logf("the last without a leader: %s", why)
+	t.Logf("every leader elected %.1f s after the kill", time.Since(killed).Seconds())
+	time.Sleep(3 * time.Second)
 	before := done.Load()
 	time.Sleep(10 * time.Second)
 	after := done.Load()
 	t.Logf("ops completed in the 10 s after the election, the node still down: %d", after-before)
 	assert.Greater(t, after-before, int64(50), "ops go on completing while the node is down")
+}
+
+// unled names a stream of the pipeline, or a durable consumer of the
+// gate's, without a leader other than the server named dead; "" when
+// there is none.
+func unled(js jetstream.JetStream, dead string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	led := func(c *jetstream.ClusterInfo) bool { return c != nil && c.Leader != "" && c.Leader != dead }
+	for _, name := range []string{streams.Requests, streams.Ops, streams.Results, streams.Held} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return name + ": " + err.Error()
+		}
+		if !led(st.CachedInfo().Cluster) {
+			return name + ": no leader"
+		}
+	}
+	for _, c := range [][2]string{{streams.Requests, streams.GateConsumer}, {streams.Ops, streams.ResumeConsumer}} {
+		cons, err := js.Consumer(ctx, c[0], c[1])
+		if err != nil {
+			return c[1] + ": " + err.Error()
+		}
+		if !led(cons.CachedInfo().Cluster) {
+			return c[1] + ": no leader"
+		}
+	}
+	return ""
 }
 
 // Three processes started at the same moment on a cluster that has never

@@ -9,4 +9,7 @@
 // checked itself. One that does not (another process admitted the op, the
 // entry was evicted, the process restarted) reads them from the stream as
 // before: the handoff only saves work, it never decides what runs.
+//
+// The same bounded Store keeps, in the gate, the requests of the ops it
+// held, for the resume of their grants (consumers/gate, ADR 0017).
 package handoff

@@ -105,6 +105,10 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time; CPU per op %.0f µs)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS, res.PacedCPUPerOpUS)
 				fmt.Fprintf(w, "raw JetStream at that load:  p50 %.2f ms, p99 %.2f ms  (chains of %.0f publishes, each awaiting the one before, at %.0f chains/s)\n", res.RawPacedP50MS, res.RawPacedP99MS, res.MsgsPerOp, res.PacedRate)
 				fmt.Fprintf(w, "%d in flight:                 p50 %.2f ms, p99 %.2f ms  (%d ops, %.0f ops/s)\n", res.LowConcurrency, res.LowP50MS, res.LowP99MS, res.Paced, res.LowOpsPerS)
+				if st := res.LowStages; st != nil {
+					fmt.Fprintf(w, "  by stage (medians):         %.2f ms to started, %.2f to the result kept, %.2f to completed, %.2f to the answer  (%d ops, from the stored records' times)\n",
+						st.ToStartedMS, st.StartedToResultMS, st.ResultToCompletedMS, st.CompletedToAnswerMS, st.Ops)
+				}
 			}
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)

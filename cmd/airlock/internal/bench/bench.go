@@ -151,8 +151,11 @@ type Result struct {
 	LowOpsPerS     float64 `json:"low_ops_per_s"`
 	LowP50MS       float64 `json:"low_p50_ms"`
 	LowP99MS       float64 `json:"low_p99_ms"`
-	P50MS          float64 `json:"p50_ms"`
-	P99MS          float64 `json:"p99_ms"`
+	// LowStages is where the 16-in-flight phase's ops spent their time,
+	// read back from the times the server stored their records at.
+	LowStages *Stages `json:"low_stages,omitempty"`
+	P50MS     float64 `json:"p50_ms"`
+	P99MS     float64 `json:"p99_ms"`
 	// CPUUSPerOp is the process's CPU time (user and system, every
 	// goroutine: server, Airlock and the benchmark's clients) during the
 	// pipeline phase, per op, in microseconds. On a busy machine it
@@ -376,7 +379,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 
 	if cfg.Warmup > 0 {
 		wstart := time.Now()
-		if _, _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil, nil); err != nil {
+		if _, _, err := submitAll(ctx, c, cfg.Concurrency, cfg.Warmup, "warmup", nil, nil, nil, nil); err != nil {
 			return 0, 0, fmt.Errorf("warm-up: %w", err)
 		}
 		res.WarmupOpsPerS = float64(cfg.Warmup) / time.Since(wstart).Seconds()
@@ -403,7 +406,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		return 0, 0, err
 	}
 	cpu0, faults0 := processCPU()
-	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, m, win)
+	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, nil, m, win)
 	cpu, faults := processCPU()
 	if perr := stopProfile(); perr != nil {
 		return 0, 0, perr
@@ -462,7 +465,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		if err := settle(ctx, a); err != nil {
 			return 0, 0, err
 		}
-		if err := latencyPhases(ctx, cfg, c, res); err != nil {
+		if err := latencyPhases(ctx, cfg, a.JetStream, c, res); err != nil {
 			return 0, 0, fmt.Errorf("latency: %w", err)
 		}
 	}
@@ -576,10 +579,13 @@ func settle(ctx context.Context, a *app.App) error {
 // took. lat, if not nil, takes each op's submit-to-outcome latency; m, if
 // not nil, counts them (and is ended); w, if not nil, cuts them into
 // windows.
-func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, m *meter, w *windows) (int, time.Duration, error) {
+func submitAll(ctx context.Context, c *producers.Client, concurrency, n int, prefix string, lat []time.Duration, starts []time.Time, m *meter, w *windows) (int, time.Duration, error) {
 	var completed atomic.Int64
 	took, err := parallel(ctx, m, concurrency, n, func(i int) error {
 		t0 := time.Now()
+		if starts != nil {
+			starts[i] = t0
+		}
 		out, err := c.Submit(ctx, benchRequest(prefix, i))
 		d := time.Since(t0)
 		if lat != nil {

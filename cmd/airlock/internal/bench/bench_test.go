@@ -71,10 +71,20 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Equal(t, 16, res.LowConcurrency)
 	assert.Greater(t, res.LowOpsPerS, 0.0)
 	assert.LessOrEqual(t, res.LowP50MS, res.LowP99MS)
+	if st := res.LowStages; assert.NotNil(t, st, "the 16-in-flight phase by stage") {
+		assert.Equal(t, 60, st.Ops, "every op's records read back")
+		for _, d := range []float64{st.ToStartedMS, st.StartedToResultMS, st.ResultToCompletedMS, st.CompletedToAnswerMS} {
+			assert.GreaterOrEqual(t, d, 0.0, "%+v: each record after the one before", st)
+		}
+		assert.LessOrEqual(t, st.ToStartedMS+st.StartedToResultMS+st.ResultToCompletedMS+st.CompletedToAnswerMS, res.LowP99MS*4, "%+v", st)
+	}
 	assert.LessOrEqual(t, res.P50MS, res.P99MS)
 	assert.Equal(t, 20, res.Holds)
 	assert.Greater(t, res.HoldP50MS, 0.0)
 	assert.LessOrEqual(t, res.HoldP50MS, res.HoldP99MS)
+	assert.Greater(t, res.HeldAnswerP50MS, 0.0)
+	assert.LessOrEqual(t, res.HeldAnswerP50MS, res.HeldAnswerP99MS)
+	assert.Greater(t, res.HoldPhaseS, 0.0)
 	assert.Equal(t, 3000, res.AuditLeaves)
 	assert.Greater(t, res.AuditAppendNS, 0.0)
 	assert.Greater(t, res.AuditVerifyPerS, 0.0)

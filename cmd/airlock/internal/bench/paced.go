@@ -79,7 +79,7 @@ func openLoop(ctx context.Context, rate float64, n int, m *meter, fn func(i int)
 // latencyPhases runs the phases that measure latency where load is
 // normal: cfg.Paced ops paced at cfg.Rate (half the peak ops/s when 0),
 // then as many ops 16 at a time.
-func latencyPhases(ctx context.Context, cfg Config, c *producers.Client, res *Result) error {
+func latencyPhases(ctx context.Context, cfg Config, js jetstream.JetStream, c *producers.Client, res *Result) error {
 	rate := cfg.Rate
 	if rate <= 0 {
 		rate = res.OpsPerS / 2
@@ -95,10 +95,12 @@ func latencyPhases(ctx context.Context, cfg Config, c *producers.Client, res *Re
 	res.PacedP50MS, res.PacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
 
 	lat = make([]time.Duration, cfg.Paced)
-	_, took, err := submitAll(ctx, c, lowConcurrency, cfg.Paced, "low", lat, cfg.track(PhaseLow, cfg.Paced), nil)
+	starts := make([]time.Time, cfg.Paced)
+	_, took, err := submitAll(ctx, c, lowConcurrency, cfg.Paced, "low", lat, starts, cfg.track(PhaseLow, cfg.Paced), nil)
 	if err != nil {
 		return err
 	}
+	res.LowStages = stages(ctx, js, "low", starts, lat)
 	slices.Sort(lat)
 	res.LowConcurrency, res.LowOpsPerS = lowConcurrency, float64(cfg.Paced)/took.Seconds()
 	res.LowP50MS, res.LowP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])

@@ -43,6 +43,15 @@ const DefaultPurgeEvery = 50 * time.Millisecond
 // the time the ops in flight below it take to end under load.
 const DefaultPurgeGrace = time.Second
 
+// DefaultLateMoveWait is how long after finding no copy of an ended held
+// op in AIRLOCK_HELD a sweep looks for it again: twice the gate's time-out
+// for a request's batch (15 s), within which a move on its way lands.
+const DefaultLateMoveWait = 30 * time.Second
+
+// maxLate bounds the ops a scrubber remembers to look for again; beyond
+// it, the newest are not remembered (and a warning says so).
+const maxLate = 4096
+
 // deleteWorkers bounds plain deletes in flight: each is a small tombstone.
 const deleteWorkers = 8
 
@@ -71,6 +80,9 @@ type ScrubberConfig struct {
 	// ended a request above the purge floor waits for a later purge
 	// before it is deleted on its own; default DefaultPurgeGrace.
 	PurgeEvery, PurgeGrace time.Duration
+	// LateMoveWait is how long after finding no copy of an ended held op
+	// in AIRLOCK_HELD a sweep erases it again; default DefaultLateMoveWait.
+	LateMoveWait time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -97,6 +109,12 @@ type Scrubber struct {
 	after     []byte
 	floor     uint64
 	nextPurge time.Time
+	// late is the ended held ops whose copy was not in AIRLOCK_HELD when
+	// looked for, and when to look again: the gate's move of the request
+	// may land after its op ended and was scrubbed (a move held up by an
+	// election or by an erase), and that copy would stay.
+	lateMu sync.Mutex
+	late   map[string]time.Time
 }
 
 // NewScrubber returns a scrubber.
@@ -119,10 +137,13 @@ func NewScrubber(cfg ScrubberConfig) (*Scrubber, error) {
 	if cfg.PurgeGrace <= 0 {
 		cfg.PurgeGrace = DefaultPurgeGrace
 	}
+	if cfg.LateMoveWait <= 0 {
+		cfg.LateMoveWait = DefaultLateMoveWait
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scrubber{cfg: cfg}, nil
+	return &Scrubber{cfg: cfg, late: make(map[string]time.Time)}, nil
 }
 
 // Erased counts the index entries this scrubber has settled.
@@ -195,6 +216,9 @@ func (s *Scrubber) heldStream(ctx context.Context, todo []store.Scrub) (jetstrea
 // take (the ops in flight below it end meanwhile), and then deleted on
 // its own: an op that runs for long holds the floor down.
 func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
+	if err := s.eraseLate(ctx); err != nil {
+		s.cfg.Logger.Warn("held requests looked for again", "err", err)
+	}
 	n := 0
 	for {
 		todo, err := s.cfg.Store.PendingScrubs(s.after, scrubPage)
@@ -225,12 +249,15 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 		now := time.Now()
 		sem := make(chan struct{}, workers)
 		// A held op's copy is erased securely whatever the backlog, and
-		// so one at a time (DefaultScrubWorkers) however many plain
+		// so Workers at a time (one by default) however many plain
 		// deletes go at once: each is a JetStream API request that
 		// rewrites and syncs AIRLOCK_HELD's block under its lock, and
 		// the server has as many API workers as cores. Eight at once
 		// held both of a 2-core machine's, and the gate's own requests
 		// (the delete that moves a new hold's request) waited behind them.
+		// A goroutine gives back its place among the deletes before it
+		// waits for one among the erases, so that the deletes of ops
+		// never held do not wait behind the erases.
 		heldSem := make(chan struct{}, s.cfg.Workers)
 		var wg sync.WaitGroup
 		for i, sc := range todo {
@@ -245,16 +272,21 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
-				defer func() { <-sem; wg.Done() }()
+				defer wg.Done()
 				if !purged {
 					errs[i] = erase(ctx, st, sc.RequestSeq)
 				}
+				<-sem
 				if errs[i] == nil && sc.Held {
 					// The copy a hold kept in AIRLOCK_HELD, erased
 					// securely whatever the backlog: that stream is small.
 					heldSem <- struct{}{}
-					errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
+					var found bool
+					found, errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
 					<-heldSem
+					if errs[i] == nil && !found {
+						s.lookAgain(sc.OpID)
+					}
 				}
 			}()
 		}
@@ -294,6 +326,54 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 			return n, nil
 		}
 	}
+}
+
+// lookAgain remembers to erase op's copy in AIRLOCK_HELD again after
+// LateMoveWait.
+func (s *Scrubber) lookAgain(op string) {
+	s.lateMu.Lock()
+	defer s.lateMu.Unlock()
+	if _, ok := s.late[op]; !ok && len(s.late) >= maxLate {
+		s.cfg.Logger.Warn("held request not looked for again: too many already waiting; a copy its move stores late stays in "+streams.Held, "op", op, "waiting", len(s.late))
+		return
+	}
+	s.late[op] = time.Now().Add(s.cfg.LateMoveWait)
+}
+
+// eraseLate erases again the copies of the ops whose LateMoveWait has
+// passed; one that fails is kept for the next sweep.
+func (s *Scrubber) eraseLate(ctx context.Context) error {
+	now := time.Now()
+	s.lateMu.Lock()
+	var due []string
+	for op, at := range s.late {
+		if !now.Before(at) {
+			due = append(due, op)
+		}
+	}
+	s.lateMu.Unlock()
+	if len(due) == 0 {
+		return nil
+	}
+	held, err := s.cfg.JetStream.Stream(ctx, streams.Held)
+	if err != nil {
+		return fmt.Errorf("scrub: %s: %w", streams.Held, err)
+	}
+	var failed error
+	for _, op := range due {
+		found, err := oplog.EraseHeld(ctx, held, op)
+		if err != nil {
+			failed = err
+			continue
+		}
+		if found {
+			s.cfg.Logger.Info("held request stored after its op ended: erased", "op", op)
+		}
+		s.lateMu.Lock()
+		delete(s.late, op)
+		s.lateMu.Unlock()
+	}
+	return failed
 }
 
 // errLater marks an entry left for a later purge.

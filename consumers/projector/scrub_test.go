@@ -360,3 +360,44 @@ func TestScrubberDeletesOneByOneWhenTheStreamDeniesPurges(t *testing.T) {
 		assert.True(t, gone(t, reqs, seq))
 	}
 }
+
+// The gate's move of a held op's request can land after the op ended and
+// its copy was looked for (a move held up by an election, or by an erase
+// holding AIRLOCK_HELD): the scrub looks again after LateMoveWait and
+// erases the copy that came late.
+func TestScrubberErasesAHeldCopyThatCameLate(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seqs := scrubFixture(t, n, st, map[string][]string{"late": {"held", "denied"}})
+	const wait = 200 * time.Millisecond
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, LateMoveWait: wait})
+	require.NoError(t, err)
+	reqs := requestsStream(t, n)
+	erased, err := s.Sweep(ctx, reqs)
+	require.NoError(t, err)
+	require.Equal(t, 1, erased, "the ended op is scrubbed, its copy not yet stored")
+
+	var id string
+	for op := range seqs {
+		id = op
+	}
+	held, err := n.JetStream.Stream(ctx, streams.Held)
+	require.NoError(t, err)
+	_, err = n.JetStream.Publish(ctx, events.HeldSubject(id), []byte(`{"secret":"SECRET-late"}`))
+	require.NoError(t, err, "the move lands late")
+
+	_, err = s.Sweep(ctx, reqs)
+	require.NoError(t, err)
+	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
+	require.NoError(t, err, "looked for again only after LateMoveWait")
+
+	time.Sleep(wait)
+	_, err = s.Sweep(ctx, reqs)
+	require.NoError(t, err)
+	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
+	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the late copy is erased")
+}

@@ -23,7 +23,8 @@ import (
 // into AIRLOCK_HELD, then deletes it from AIRLOCK_REQUESTS. Both steps are
 // idempotent: a copy already there is kept (one message per op), a
 // request already deleted counts as deleted. Readers find the request in
-// either place (RequestMsg).
+// either place (RequestMsg). A move can land after its op has ended and
+// its copy was looked for: the scrub looks again (EraseHeld).
 func MoveToHeld(ctx context.Context, js jetstream.JetStream, requests jetstream.Stream, seq uint64, op string, hdr nats.Header, data []byte) error {
 	msg := &nats.Msg{Subject: events.HeldSubject(op), Header: nats.Header{}, Data: data}
 	for k, vs := range hdr {
@@ -66,25 +67,24 @@ func HeldMsg(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, op stri
 	return &jetstream.RawStreamMsg{Subject: events.HeldSubject(op), Header: m.Header, Data: m.Data}, nil
 }
 
-// EraseHeld erases op's copy in AIRLOCK_HELD with a secure delete (the
-// stream holds few messages, so rewriting its block is cheap). No copy
-// counts as erased.
-func EraseHeld(ctx context.Context, held jetstream.Stream, op string) error {
+// EraseHeld erases op's copy in AIRLOCK_HELD with a secure delete, and
+// reports whether there was one. No copy counts as erased.
+func EraseHeld(ctx context.Context, held jetstream.Stream, op string) (bool, error) {
 	raw, err := held.GetLastMsgForSubject(ctx, events.HeldSubject(op))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("erase held request of %s: %w", op, err)
+		return false, fmt.Errorf("erase held request of %s: %w", op, err)
 	}
 	err = held.SecureDeleteMsg(ctx, raw.Sequence)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("erase held request of %s: %w", op, err)
+		return false, fmt.Errorf("erase held request of %s: %w", op, err)
 	}
-	return nil
+	return true, nil
 }
 
 // HeldRequest reads and checks op's request from AIRLOCK_HELD, as

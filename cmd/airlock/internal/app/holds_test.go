@@ -588,8 +588,13 @@ func TestGrantResumesFromTheRequestTheGateHeld(t *testing.T) {
 	ctx := ctxT(t)
 	hs, err := a.JetStream.Stream(ctx, streams.Held)
 	require.NoError(t, err)
-	raw, err := hs.GetLastMsgForSubject(ctx, events.HeldSubject(held.OpID))
-	require.NoError(t, err)
+	// The gate answers, and the projection folds the hold, before the
+	// request has moved.
+	var raw *jetstream.RawStreamMsg
+	require.Eventually(t, func() bool {
+		raw, err = hs.GetLastMsgForSubject(ctx, events.HeldSubject(held.OpID))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the copy in %s", streams.Held)
 	require.NoError(t, hs.DeleteMsg(ctx, raw.Sequence))
 
 	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "go")

@@ -196,6 +196,14 @@ func (s *Scrubber) heldStream(ctx context.Context, todo []store.Scrub) (jetstrea
 	if s.held != nil || !slices.ContainsFunc(todo, func(sc store.Scrub) bool { return sc.Held }) {
 		return s.held, nil
 	}
+	return s.openHeld(ctx)
+}
+
+// openHeld opens AIRLOCK_HELD once, for the sweeps that follow.
+func (s *Scrubber) openHeld(ctx context.Context) (jetstream.Stream, error) {
+	if s.held != nil {
+		return s.held, nil
+	}
 	st, err := s.cfg.JetStream.Stream(ctx, streams.Held)
 	if err != nil {
 		return nil, fmt.Errorf("scrub: %s: %w", streams.Held, err)
@@ -355,9 +363,9 @@ func (s *Scrubber) eraseLate(ctx context.Context) error {
 	if len(due) == 0 {
 		return nil
 	}
-	held, err := s.cfg.JetStream.Stream(ctx, streams.Held)
+	held, err := s.openHeld(ctx)
 	if err != nil {
-		return fmt.Errorf("scrub: %s: %w", streams.Held, err)
+		return err
 	}
 	var failed error
 	for _, op := range due {

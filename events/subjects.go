@@ -158,11 +158,14 @@ func OpSubjectParts(subject string) (ws, op, tool, verb string, ok bool) {
 	if !found {
 		return "", "", "", "", false
 	}
-	parts := strings.Split(rest, ".")
-	if len(parts) != 4 {
+	// Four tokens, cut one by one: this runs for every op event.
+	ws, rest, ok1 := strings.Cut(rest, ".")
+	op, rest, ok2 := strings.Cut(rest, ".")
+	tool, verb, ok3 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || !ok3 || strings.Contains(verb, ".") {
 		return "", "", "", "", false
 	}
-	return parts[0], parts[1], parts[2], parts[3], true
+	return ws, op, tool, verb, true
 }
 
 // ModeSubject records the mode controls of one workspace.

@@ -49,11 +49,15 @@ type Reply struct {
 // a request cannot make Airlock publish anywhere else, nor send one agent's
 // answers to another.
 func ValidReplyTo(s, agent string) bool {
-	prefix := ReplyPrefix(agent)
-	if !ValidName(agent) || len(s) <= len(prefix) || len(s) > 256 || !strings.HasPrefix(s, prefix) {
+	// s has the prefix ReplyPrefix(agent), matched piece by piece: this
+	// runs for every op, and the prefix need not be built.
+	root := SubjectRoot + ".reply."
+	n := len(root) + len(agent) + 1
+	if !ValidName(agent) || len(s) <= n || len(s) > 256 || s[:len(root)] != root ||
+		s[len(root):n-1] != agent || s[n-1] != '.' {
 		return false
 	}
-	return validTokens(s[len(prefix):])
+	return validTokens(s[n:])
 }
 
 // ValidResponse reports whether s may be answered as the reply subject of
@@ -70,7 +74,7 @@ func ValidResponse(s string) bool {
 }
 
 func validTokens(s string) bool {
-	for _, tok := range strings.Split(s, ".") {
+	for tok := range strings.SplitSeq(s, ".") {
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
 			return false
 		}

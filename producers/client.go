@@ -360,9 +360,7 @@ func (c *Client) publishOnce(ctx context.Context, msg *nats.Msg, fp string) (boo
 	if err != nil {
 		return false, err
 	}
-	tctx, cancel := context.WithTimeout(ctx, c.pubTimeout)
-	defer cancel()
-	_, dup, err := ack.Wait(tctx)
+	_, dup, err := ack.WaitAtMost(ctx, c.pubTimeout)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		err = nats.ErrTimeout
 	}

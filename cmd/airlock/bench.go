@@ -86,6 +86,7 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "efficiency:                  %10.2f   (ops/s x msgs/op / raw msgs/s)\n", res.Efficiency)
 			fmt.Fprintf(w, "limit_ratio:                 %10.2f   (ops/s / (raw msgs/s / 3): three durable records per op the least)\n", res.LimitRatio)
 			fmt.Fprintf(w, "CPU per op:                  %10.0f µs     (process, all goroutines, %d CPUs; %.1f page faults per op)\n", res.CPUUSPerOp, res.CPUs, res.FaultsPerOp)
+			fmt.Fprintf(w, "heap allocated per op:       %10.1f KB     (%d collections in the phase, GOGC=%d)\n", res.AllocKBPerOp, res.GCCycles, res.GOGC)
 			if res.SkeletonOps > 0 {
 				fmt.Fprintf(w, "NATS skeleton of the pipeline: %8.0f ops/s, CPU per op %.0f µs  (the same messages and deliveries, no Airlock work; Airlock's own share of CPU per op %.0f%%)\n",
 					res.SkeletonOpsPerS, res.SkeletonCPUPerOpUS, 100*res.AirlockCPUShare)
@@ -102,7 +103,7 @@ func newBench() *cobra.Command {
 				printWindows(w, res.Windows)
 			}
 			if res.Paced > 0 {
-				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time; CPU per op %.0f µs)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS, res.PacedCPUPerOpUS)
+				fmt.Fprintf(w, "paced at %.0f ops/s:          p50 %.2f ms, p99 %.2f ms  (%d ops, achieved %.0f ops/s; from each op's scheduled time; CPU per op %.0f µs; %.1f KB allocated per op, %d collections)\n", res.PacedRate, res.PacedP50MS, res.PacedP99MS, res.Paced, res.PacedOpsPerS, res.PacedCPUPerOpUS, res.PacedAllocKBPerOp, res.PacedGCCycles)
 				fmt.Fprintf(w, "raw JetStream at that load:  p50 %.2f ms, p99 %.2f ms  (chains of %.0f publishes, each awaiting the one before, at %.0f chains/s)\n", res.RawPacedP50MS, res.RawPacedP99MS, res.MsgsPerOp, res.PacedRate)
 				fmt.Fprintf(w, "%d in flight:                 p50 %.2f ms, p99 %.2f ms  (%d ops, %.0f ops/s)\n", res.LowConcurrency, res.LowP50MS, res.LowP99MS, res.Paced, res.LowOpsPerS)
 				if st := res.LowStages; st != nil {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -48,6 +50,11 @@ const DefaultPurgeGrace = time.Second
 // for a request's batch (15 s), within which a move on its way lands.
 const DefaultLateMoveWait = 30 * time.Second
 
+// DefaultHeldCheckEvery is how often a scrubber looks through AIRLOCK_HELD
+// for copies of ops that have ended (CheckHeld), besides once when it
+// starts.
+const DefaultHeldCheckEvery = 10 * time.Minute
+
 // maxLate bounds the ops a scrubber remembers to look for again; beyond
 // it, the newest are not remembered (and a warning says so).
 const maxLate = 4096
@@ -83,6 +90,9 @@ type ScrubberConfig struct {
 	// LateMoveWait is how long after finding no copy of an ended held op
 	// in AIRLOCK_HELD a sweep erases it again; default DefaultLateMoveWait.
 	LateMoveWait time.Duration
+	// HeldCheckEvery is how often Run calls CheckHeld, which it also
+	// calls when it starts; default DefaultHeldCheckEvery.
+	HeldCheckEvery time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -127,6 +137,9 @@ func NewScrubber(cfg ScrubberConfig) (*Scrubber, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultScrubWorkers
+	}
+	if cfg.HeldCheckEvery <= 0 {
+		cfg.HeldCheckEvery = DefaultHeldCheckEvery
 	}
 	if cfg.SecureBacklog == 0 {
 		cfg.SecureBacklog = DefaultSecureBacklog
@@ -178,9 +191,18 @@ func (s *Scrubber) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
+	nextCheck := time.Now()
 	for {
 		if n, err := s.Sweep(ctx, st); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("request scrub", "err", err, "erased", n)
+		}
+		if !time.Now().Before(nextCheck) {
+			if n, err := s.CheckHeld(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("held requests of ended ops", "err", err, "erased", n)
+			} else if n > 0 {
+				s.cfg.Logger.Info("held requests of ended ops erased", "copies", n)
+			}
+			nextCheck = time.Now().Add(s.cfg.HeldCheckEvery)
 		}
 		select {
 		case <-ctx.Done():
@@ -188,6 +210,52 @@ func (s *Scrubber) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// CheckHeld erases every copy in AIRLOCK_HELD whose op the projection has
+// seen end, and returns how many it erased. The sweeps erase a held op's
+// copy when its op ends, and look once more LateMoveWait later for a move
+// that lands after that; a process stopped in between forgets to look,
+// and a copy it would have erased stays. CheckHeld finds those: Run calls
+// it when the scrubber starts and every HeldCheckEvery. A copy of an op
+// the projection does not have yet, or that has not ended, is left.
+func (s *Scrubber) CheckHeld(ctx context.Context) (int, error) {
+	held, err := s.openHeld(ctx)
+	if err != nil {
+		return 0, err
+	}
+	info, err := held.Info(ctx, jetstream.WithSubjectFilter(events.HeldSubjects))
+	if err != nil {
+		return 0, fmt.Errorf("scrub: list %s: %w", streams.Held, err)
+	}
+	prefix := strings.TrimSuffix(events.HeldSubjects, ">")
+	n := 0
+	var failed error
+	for subject := range info.State.Subjects {
+		id, ok := strings.CutPrefix(subject, prefix)
+		if !ok {
+			continue
+		}
+		op, err := s.cfg.Store.Op(id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if !op.State.Terminal() {
+			continue
+		}
+		found, err := oplog.EraseHeld(ctx, held, id)
+		if err != nil {
+			failed = err
+			continue
+		}
+		if found {
+			n++
+		}
+	}
+	return n, failed
 }
 
 // heldStream opens AIRLOCK_HELD the first time a page of the index has an

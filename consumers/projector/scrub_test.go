@@ -3,6 +3,7 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -400,4 +401,72 @@ func TestScrubberErasesAHeldCopyThatCameLate(t *testing.T) {
 	require.NoError(t, err)
 	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the late copy is erased")
+}
+
+// A copy whose late move the process would have looked for again, had
+// it not stopped, is erased by the next scrubber when it starts: CheckHeld
+// erases the copies of ended ops and leaves those of ops still held.
+func TestScrubberErasesHeldCopiesOfEndedOpsWhenItStarts(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seqs := scrubFixture(t, n, st, map[string][]string{"ended": {"held", "denied"}, "waiting": {"held"}})
+	ended := opNamed(t, seqs, st, events.StateDenied)
+	waiting := opNamed(t, seqs, st, events.StateHeld)
+
+	// The first process scrubs the ended op before its copy lands, and
+	// stops before it looks again. (Its start indexed the store: the
+	// second's start indexes nothing again.)
+	_, err = st.IndexScrubs(ctx)
+	require.NoError(t, err)
+	first, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, LateMoveWait: time.Hour})
+	require.NoError(t, err)
+	erased, err := first.Sweep(ctx, requestsStream(t, n))
+	require.NoError(t, err)
+	require.Equal(t, 1, erased)
+	held, err := n.JetStream.Stream(ctx, streams.Held)
+	require.NoError(t, err)
+	for _, op := range []string{ended, waiting} {
+		_, err = n.JetStream.Publish(ctx, events.HeldSubject(op), []byte(`{"secret":"SECRET-`+op+`"}`))
+		require.NoError(t, err)
+	}
+	// An op the projection has not seen yet keeps its copy too.
+	_, err = n.JetStream.Publish(ctx, events.HeldSubject("op_unknown"), []byte(`{"secret":"SECRET-unknown"}`))
+	require.NoError(t, err)
+
+	second, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, Interval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- second.Run(rctx) }()
+	require.Eventually(t, func() bool {
+		_, err := held.GetLastMsgForSubject(ctx, events.HeldSubject(ended))
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 10*time.Second, 20*time.Millisecond, "the ended op's copy is erased when the scrubber starts")
+	stop()
+	require.NoError(t, <-done)
+	for _, op := range []string{waiting, "op_unknown"} {
+		_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(op))
+		assert.NoError(t, err, "the copy of %s stays", op)
+	}
+	n2, err := second.CheckHeld(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n2, "nothing more to erase")
+}
+
+// opNamed is the op of seqs the store has in state.
+func opNamed(t *testing.T, seqs map[string]uint64, st *store.Store, state events.State) string {
+	t.Helper()
+	for id := range seqs {
+		op, err := st.Op(id)
+		require.NoError(t, err)
+		if op.State == state {
+			return id
+		}
+	}
+	t.Fatalf("no op in state %s", state)
+	return ""
 }

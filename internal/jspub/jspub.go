@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -131,6 +132,31 @@ func (a *Ack) Wait(ctx context.Context) (seq uint64, duplicate bool, err error) 
 	case <-ctx.Done():
 		a.forget()
 		return 0, false, ctx.Err()
+	}
+}
+
+// WaitAtMost is Wait bounded by d as well as by ctx: when d passes first
+// it returns context.DeadlineExceeded and forgets the ack, as Wait does
+// for a context with that deadline. It costs one timer, and none for an
+// acknowledgement already in, where a context.WithTimeout costs a
+// context, its timer and its registration with ctx.
+func (a *Ack) WaitAtMost(ctx context.Context, d time.Duration) (seq uint64, duplicate bool, err error) {
+	select {
+	case <-a.done:
+		return a.seq, a.dup, a.err
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-a.done:
+		return a.seq, a.dup, a.err
+	case <-ctx.Done():
+		a.forget()
+		return 0, false, ctx.Err()
+	case <-t.C:
+		a.forget()
+		return 0, false, context.DeadlineExceeded
 	}
 }
 

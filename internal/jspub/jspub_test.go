@@ -125,3 +125,49 @@ func TestAcksFailWhenTheConnectionDrops(t *testing.T) {
 	assert.ErrorIs(t, err, nats.ErrConnectionClosed)
 	assert.Zero(t, p.Waiting())
 }
+
+// WaitAtMost returns an acknowledgement that came, gives up with
+// context.DeadlineExceeded when its bound passes first (forgetting the
+// ack), and with the context's own error when the context ends first.
+func TestWaitAtMost(t *testing.T) {
+	s, err := natsrv.Start(natsrv.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:-1"})
+	require.NoError(t, err)
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	// One subject answers as JetStream would, one never answers.
+	_, err = nc.Subscribe("test.answers", func(m *nats.Msg) { _ = m.Respond([]byte(`{"stream":"S","seq":7}`)) })
+	require.NoError(t, err)
+	_, err = nc.Subscribe("test.silent", func(*nats.Msg) {})
+	require.NoError(t, err)
+	p, err := New(nc)
+	require.NoError(t, err)
+
+	ack, err := p.Publish(nats.NewMsg("test.answers"))
+	require.NoError(t, err)
+	seq, dup, err := ack.WaitAtMost(t.Context(), 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(7), seq)
+	assert.False(t, dup)
+	// Already in: answered again at once, without waiting.
+	seq, _, err = ack.WaitAtMost(t.Context(), 0)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(7), seq)
+
+	ack, err = p.Publish(nats.NewMsg("test.silent"))
+	require.NoError(t, err)
+	start := time.Now()
+	_, _, err = ack.WaitAtMost(t.Context(), 50*time.Millisecond)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.GreaterOrEqual(t, time.Since(start), 50*time.Millisecond)
+	assert.Zero(t, p.Waiting())
+
+	ack, err = p.Publish(nats.NewMsg("test.silent"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, _, err = ack.WaitAtMost(ctx, time.Minute)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, p.Waiting())
+}

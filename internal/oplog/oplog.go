@@ -138,10 +138,8 @@ func (p *Pending) Wait(ctx context.Context, stream jetstream.Stream) (uint64, er
 		// An acknowledgement lost with a node that died holding the
 		// publish never comes, and the connection, to another node, does
 		// not drop: the wait is bounded, and then resolved by reading.
-		actx, cancel := context.WithTimeout(ctx, AckTimeout)
 		var seq uint64
-		seq, _, err = p.ack.Wait(actx)
-		cancel()
+		seq, _, err = p.ack.WaitAtMost(ctx, AckTimeout)
 		if err == nil {
 			return seq, nil
 		}

@@ -212,9 +212,7 @@ func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, erro
 		// An acknowledgement lost with a node that died holding the
 		// publish never comes, and the connection, to another node, does
 		// not drop: the wait is bounded, and the runner publishes again.
-		actx, cancel := context.WithTimeout(ctx, oplog.AckTimeout)
-		_, _, err = ack.Wait(actx)
-		cancel()
+		_, _, err = ack.WaitAtMost(ctx, oplog.AckTimeout)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("results: store: %w", err)

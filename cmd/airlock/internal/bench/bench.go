@@ -139,6 +139,11 @@ type Result struct {
 	// with little in flight each stage handles an op or two at a time,
 	// and the cost per op is not the pipeline phase's.
 	PacedCPUPerOpUS float64 `json:"paced_cpu_per_op_us"`
+	// PacedAllocKBPerOp and PacedGCCycles are the paced phase's heap
+	// allocation per op and its collections: a phase with none has no
+	// stall of the collector's in its tail.
+	PacedAllocKBPerOp float64 `json:"paced_alloc_kb_per_op"`
+	PacedGCCycles     int     `json:"paced_gc_cycles"`
 	// RawPacedP50MS and RawPacedP99MS are raw JetStream's at the paced
 	// phase's load, on the raw phase's server: chains of MsgsPerOp
 	// publishes, each waiting for the one before it (as an op's records
@@ -170,8 +175,15 @@ type Result struct {
 	// before, or had given back. Each costs microseconds on a virtual
 	// machine, so they show up in CPU per op.
 	FaultsPerOp float64 `json:"faults_per_op"`
-	Completed   int     `json:"completed"`
-	SyncAlways  bool    `json:"sync_always"`
+	// AllocKBPerOp is what the process allocated on the heap during the
+	// pipeline phase, per op, in KB, and GCCycles the collections it
+	// ran: each collection's mark slows every goroutine for tens of
+	// milliseconds under load (docs/performance.md, "The paced tail is
+	// the collector").
+	AllocKBPerOp float64 `json:"alloc_kb_per_op"`
+	GCCycles     int     `json:"gc_cycles"`
+	Completed    int     `json:"completed"`
+	SyncAlways   bool    `json:"sync_always"`
 	// LiveFeed says whether AIRLOCK_OPS republished on airlock.v1.live.>
 	// at the end of the timed pipeline phase (nobody subscribes in a run,
 	// so it is on with --live-feed on only).
@@ -406,8 +418,10 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		return 0, 0, err
 	}
 	cpu0, faults0 := processCPU()
+	heap0 := readHeapWork()
 	completed, elapsed, err := submitAll(ctx, c, cfg.Concurrency, cfg.Ops, "bench", lat, nil, m, win)
 	cpu, faults := processCPU()
+	heap := readHeapWork().since(heap0)
 	if perr := stopProfile(); perr != nil {
 		return 0, 0, perr
 	}
@@ -428,6 +442,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	res.GateDecidesAll = cfg.GateDecidesAll
 	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
+	res.AllocKBPerOp, res.GCCycles = heap.kbPer(cfg.Ops), heap.cycles
 	res.Completed = completed
 	res.OpsPerS = float64(cfg.Ops) / elapsed.Seconds()
 	slices.Sort(lat)
@@ -761,6 +776,34 @@ func GOGC() int {
 	}
 	return int(int64(sample[0].Value.Uint64())) // off reads as -1
 }
+
+// heapWork is what the process had allocated on the heap, in bytes, and
+// the collections it had run.
+type heapWork struct {
+	allocated uint64
+	cycles    int
+}
+
+func readHeapWork() heapWork {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	var h heapWork
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		h.allocated = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		h.cycles = int(s[1].Value.Uint64())
+	}
+	return h
+}
+
+// since is the work done between h0 and h.
+func (h heapWork) since(h0 heapWork) heapWork {
+	return heapWork{allocated: h.allocated - h0.allocated, cycles: h.cycles - h0.cycles}
+}
+
+// kbPer is the allocation per op of n ops, in KB.
+func (h heapWork) kbPer(n int) float64 { return float64(h.allocated) / 1024 / float64(max(n, 1)) }
 
 // processCPU is the CPU time the process has used, user and system, and
 // the minor page faults it has taken.

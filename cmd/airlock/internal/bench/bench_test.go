@@ -65,6 +65,11 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.LessOrEqual(t, res.PacedOpsPerS, res.PacedRate*1.5, "the paced phase keeps its rate")
 	assert.Greater(t, res.PacedP50MS, 0.0)
 	assert.Greater(t, res.PacedCPUPerOpUS, 0.0, "the paced phase's CPU per op")
+	// An op allocates: the figure is read, not left at zero. (How many
+	// collections ran depends on the heap; none is a valid count.)
+	assert.Greater(t, res.AllocKBPerOp, 1.0, "heap allocated per op in the pipeline phase")
+	assert.Greater(t, res.PacedAllocKBPerOp, 1.0, "heap allocated per op in the paced phase")
+	assert.GreaterOrEqual(t, res.GCCycles, 0)
 	assert.LessOrEqual(t, res.PacedP50MS, res.PacedP99MS)
 	assert.Greater(t, res.RawPacedP50MS, 0.0)
 	assert.LessOrEqual(t, res.RawPacedP50MS, res.RawPacedP99MS)

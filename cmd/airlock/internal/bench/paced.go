@@ -85,12 +85,15 @@ func latencyPhases(ctx context.Context, cfg Config, js jetstream.JetStream, c *p
 		rate = res.OpsPerS / 2
 	}
 	cpu0, _ := processCPU()
+	heap0 := readHeapWork()
 	lat, achieved, err := paced(ctx, c, rate, cfg.Paced, "paced", cfg.track(PhasePaced, cfg.Paced))
 	if err != nil {
 		return err
 	}
 	cpu1, _ := processCPU()
+	heap := readHeapWork().since(heap0)
 	res.PacedCPUPerOpUS = float64((cpu1 - cpu0).Microseconds()) / float64(cfg.Paced)
+	res.PacedAllocKBPerOp, res.PacedGCCycles = heap.kbPer(cfg.Paced), heap.cycles
 	res.Paced, res.PacedRate, res.PacedOpsPerS = cfg.Paced, rate, achieved
 	res.PacedP50MS, res.PacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
 

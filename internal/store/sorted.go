@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
+	"sync"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -54,14 +56,22 @@ func (s *sorted) Delete(key []byte, _ *pebble.WriteOptions) error {
 
 // batch returns a Pebble batch holding the writes in key order. The writes'
 // keys and values are copied into it.
-func (s *sorted) batch(db *pebble.DB) (*pebble.Batch, error) {
+//
+// reuse, when not nil, is a batch an earlier commit wrote (and no one
+// else holds): it is reset and filled instead of a new one.
+func (s *sorted) batch(db *pebble.DB, reuse *pebble.Batch) (*pebble.Batch, error) {
 	slices.SortFunc(s.w, func(a, b sortedWrite) int {
 		if c := bytes.Compare(a.key, b.key); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.n, b.n)
 	})
-	pb := db.NewBatchWithSize(s.size)
+	pb := reuse
+	if pb == nil {
+		pb = db.NewBatchWithSize(s.size, pebble.WithMaxRetainedSizeBytes(maxScratchBytes))
+	} else {
+		pb.Reset()
+	}
 	for _, w := range s.w {
 		var err error
 		if w.del {
@@ -75,4 +85,36 @@ func (s *sorted) batch(db *pebble.DB) (*pebble.Batch, error) {
 		}
 	}
 	return pb, nil
+}
+
+// maxScratchBytes bounds the buffers a store keeps from one commit for
+// the next (commitScratch): a commit larger than that allocates its own.
+const maxScratchBytes = 4 << 20
+
+// commitScratch is what a store's commits reuse, one commit at a time:
+// the list of writes, the buffer of op records and the Pebble batch.
+type commitScratch struct {
+	mu    sync.Mutex
+	w     []sortedWrite
+	recs  []byte
+	batch *pebble.Batch
+}
+
+// keep keeps w for the next commit, its keys and values dropped, unless
+// it has outgrown the bound.
+func (sc *commitScratch) keep(w []sortedWrite) {
+	if cap(w)*int(unsafe.Sizeof(sortedWrite{})) > maxScratchBytes {
+		sc.w = nil
+		return
+	}
+	clear(w)
+	sc.w = w[:0]
+}
+
+// keepBuf is b emptied for reuse, or nil when it has outgrown the bound.
+func keepBuf(b []byte) []byte {
+	if cap(b) > maxScratchBytes {
+		return nil
+	}
+	return b[:0]
 }

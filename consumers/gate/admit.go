@@ -122,7 +122,8 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		if held {
 			// Kept for the grant, whose resume then reads nothing back.
-			g.holding.Put(a.opID, a.reqSeq, heldRequest{req: a.req, replyTo: a.m.Headers().Get(events.HeaderReplyTo)})
+			h, _ := a.append.Data().(*events.Held)
+			g.holding.Put(a.opID, a.reqSeq, heldRequest{req: a.req, replyTo: a.m.Headers().Get(events.HeaderReplyTo), held: h, heldSeq: seq})
 			// A hold lasts; its request leaves AIRLOCK_REQUESTS so that
 			// it does not keep its neighbours' deleted requests on disk.
 			if err := oplog.MoveToHeld(wctx, g.cfg.JetStream, g.reqs, a.reqSeq, a.opID, a.m.Headers(), a.m.Data()); err != nil {

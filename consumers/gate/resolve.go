@@ -79,6 +79,9 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 	refuse := func(code events.Code, format string, args ...any) (events.Reply, *grant, error) {
 		return events.Reply{OpID: opID, Code: code, Message: fmt.Sprintf(format, args...)}, nil, nil
 	}
+	if r, gr, ok, err := g.resolveHeldHere(ctx, ws, who, res, opID); ok || err != nil {
+		return r, gr, err
+	}
 	for round := 0; round < maxResolveRounds; round++ {
 		last, err := oplog.Last(ctx, g.ops, ws, opID)
 		if errors.Is(err, oplog.ErrEmpty) {
@@ -156,6 +159,44 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		return events.Reply{OpID: opID, State: state, Hold: info}, gr, nil
 	}
 	return events.Reply{}, nil, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
+}
+
+// resolveHeldHere resolves a hold this gate placed without reading the op
+// back: it kept the held event and its sequence (heldRequest), and the
+// resolution's compare-and-swap on that sequence is what makes it safe,
+// as on a sequence just read. It settles (ok) only the common case, a
+// valid resolution of a hold still pending: anything else (an op it did
+// not hold, in another workspace, an expired hold, a resolution to
+// refuse, an op that moved on, which loses the compare-and-swap) is left
+// to resolve's reading rounds, which answer it as before.
+func (g *Gate) resolveHeldHere(ctx context.Context, ws string, who Principal, res *events.Resolution, opID string) (events.Reply, *grant, bool, error) {
+	_, h, ok := g.holding.Peek(opID)
+	if !ok || h.held == nil || h.heldSeq == 0 || h.req == nil || h.req.Workspace != ws ||
+		h.held.OpID != opID || h.held.Workspace != ws || h.held.HoldID != res.HoldID {
+		return events.Reply{}, nil, false, nil
+	}
+	held := h.held
+	if !g.cfg.Clock().Before(held.ExpiresAt) || res.ArgsDigest != held.ArgsDigest || g.checkApproval(held, who, res) != nil {
+		return events.Reply{}, nil, false, nil
+	}
+	op := oplog.Op{Workspace: ws, ID: opID, Tool: h.req.Tool}
+	typ, data, state := g.resolution(held, who, res)
+	seq, err := g.w.Append(ctx, g.ops, op, h.heldSeq, typ, Source, data)
+	if oplog.IsConflict(err) {
+		return events.Reply{}, nil, false, nil // the op moved on: read where it went
+	}
+	if err != nil {
+		return events.Reply{}, nil, false, err
+	}
+	info := &events.HoldInfo{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, ExpiresAt: held.ExpiresAt, Reason: held.Reason}
+	g.cfg.Logger.Info("hold resolved", "op", opID, "ws", ws, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
+	var gr *grant
+	if d, ok := data.(*events.Granted); ok {
+		gr = &grant{op: op, seq: seq, granted: d, held: held}
+	} else {
+		g.forget(held)
+	}
+	return events.Reply{OpID: opID, State: state, Hold: info}, gr, true, nil
 }
 
 // forget drops the request this gate kept of held's op, if any: the hold

@@ -277,6 +277,11 @@ const (
 type heldRequest struct {
 	req     *events.Request
 	replyTo string
+	// held is the held event this gate appended for the op, at heldSeq:
+	// a resolution that finds the op still there (its compare-and-swap
+	// on heldSeq succeeds) need not read it back (Gate.resolve).
+	held    *events.Held
+	heldSeq uint64
 }
 
 func newHolding() *handoff.Store[heldRequest] {

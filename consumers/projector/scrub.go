@@ -55,6 +55,15 @@ const DefaultLateMoveWait = 30 * time.Second
 // starts.
 const DefaultHeldCheckEvery = 10 * time.Minute
 
+// heldChecksPerPass bounds the copies one of Run's passes of CheckHeld
+// erases, one secure delete each; the rest wait for the next pass, after
+// the next sweep. heldCheckRetry is how soon a pass that failed is tried
+// again.
+const (
+	heldChecksPerPass = 256
+	heldCheckRetry    = time.Minute
+)
+
 // maxLate bounds the ops a scrubber remembers to look for again; beyond
 // it, the newest are not remembered (and a warning says so).
 const maxLate = 4096
@@ -197,12 +206,26 @@ func (s *Scrubber) Run(ctx context.Context) error {
 			s.cfg.Logger.Warn("request scrub", "err", err, "erased", n)
 		}
 		if !time.Now().Before(nextCheck) {
-			if n, err := s.CheckHeld(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("held requests of ended ops", "err", err, "erased", n)
-			} else if n > 0 {
+			n, more, err := s.checkHeld(ctx, heldChecksPerPass)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if n > 0 {
 				s.cfg.Logger.Info("held requests of ended ops erased", "copies", n)
 			}
-			nextCheck = time.Now().Add(s.cfg.HeldCheckEvery)
+			switch {
+			case err != nil:
+				// Not reachable yet, say, at start: soon again, not in
+				// HeldCheckEvery.
+				s.cfg.Logger.Warn("held requests of ended ops", "err", err, "erased", n)
+				nextCheck = time.Now().Add(min(s.cfg.HeldCheckEvery, heldCheckRetry))
+			case more:
+				// The rest after the next sweep: the sweeps of
+				// AIRLOCK_REQUESTS do not wait behind a long backlog.
+				nextCheck = time.Now()
+			default:
+				nextCheck = time.Now().Add(s.cfg.HeldCheckEvery)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -220,18 +243,30 @@ func (s *Scrubber) Run(ctx context.Context) error {
 // it when the scrubber starts and every HeldCheckEvery. A copy of an op
 // the projection does not have yet, or that has not ended, is left.
 func (s *Scrubber) CheckHeld(ctx context.Context) (int, error) {
+	n, _, err := s.checkHeld(ctx, -1)
+	return n, err
+}
+
+// checkHeld is CheckHeld erasing at most limit copies (-1: no limit);
+// more says it stopped there with copies left to look at.
+func (s *Scrubber) checkHeld(ctx context.Context, limit int) (n int, more bool, err error) {
 	held, err := s.openHeld(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	info, err := held.Info(ctx, jetstream.WithSubjectFilter(events.HeldSubjects))
 	if err != nil {
-		return 0, fmt.Errorf("scrub: list %s: %w", streams.Held, err)
+		return 0, false, fmt.Errorf("scrub: list %s: %w", streams.Held, err)
 	}
 	prefix := strings.TrimSuffix(events.HeldSubjects, ">")
-	n := 0
 	var failed error
 	for subject := range info.State.Subjects {
+		if err := ctx.Err(); err != nil {
+			return n, true, err
+		}
+		if limit >= 0 && n >= limit {
+			return n, true, failed
+		}
 		id, ok := strings.CutPrefix(subject, prefix)
 		if !ok {
 			continue
@@ -241,7 +276,8 @@ func (s *Scrubber) CheckHeld(ctx context.Context) (int, error) {
 			continue
 		}
 		if err != nil {
-			return n, err
+			failed = fmt.Errorf("scrub: op %s: %w", id, err)
+			continue
 		}
 		if !op.State.Terminal() {
 			continue
@@ -255,7 +291,7 @@ func (s *Scrubber) CheckHeld(ctx context.Context) (int, error) {
 			n++
 		}
 	}
-	return n, failed
+	return n, false, failed
 }
 
 // heldStream opens AIRLOCK_HELD the first time a page of the index has an

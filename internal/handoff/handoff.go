@@ -141,6 +141,19 @@ func (a *Store[V]) Take(op string, seq uint64) (V, bool) {
 	return e.v, true
 }
 
+// Peek returns op's value and the request sequence it is held under,
+// without forgetting it and without counting a hit or a miss. Peek on a
+// nil Store finds nothing.
+func (a *Store[V]) Peek(op string) (seq uint64, v V, ok bool) {
+	if a == nil {
+		return 0, v, false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.m[op]
+	return e.seq, e.v, ok
+}
+
 // Stats are how many Takes found their value and how many did not.
 func (a *Store[V]) Stats() (hits, misses uint64) {
 	if a == nil {

@@ -122,3 +122,25 @@ func TestStoreCountsBytesBySize(t *testing.T) {
 	assert.Equal(t, 0, n)
 	assert.Equal(t, 0, b)
 }
+
+// Peek shows an entry and its sequence and leaves it for Take.
+func TestPeekLeavesTheEntry(t *testing.T) {
+	a := New(0, 0)
+	a.Put("op_a", 7, json.RawMessage(`{"x":1}`))
+	seq, v, ok := a.Peek("op_a")
+	require.True(t, ok)
+	assert.Equal(t, uint64(7), seq)
+	assert.JSONEq(t, `{"x":1}`, string(v))
+	_, _, ok = a.Peek("op_b")
+	assert.False(t, ok)
+	_, ok = a.Take("op_a", 7)
+	assert.True(t, ok, "still there after the peek")
+	_, _, ok = a.Peek("op_a")
+	assert.False(t, ok, "gone once taken")
+	hits, misses := a.Stats()
+	assert.Equal(t, uint64(1), hits, "peeks count neither")
+	assert.Zero(t, misses)
+	var none *Args
+	_, _, ok = none.Peek("op_a")
+	assert.False(t, ok)
+}

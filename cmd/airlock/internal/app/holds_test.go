@@ -608,6 +608,35 @@ func TestGrantResumesFromTheRequestTheGateHeld(t *testing.T) {
 	assert.JSONEq(t, `{"kept":"in the gate"}`, string(done.Result), "the count executor answers with the args it ran")
 }
 
+// A gate resolves a hold it placed without reading the op back, on the
+// sequence of the held event it kept: when another process denied the
+// hold behind its back, that compare-and-swap loses, and the grant is
+// answered from the op as it is: resolved, refused, nothing run.
+func TestGrantOfAHoldDeniedElsewhereIsRefused(t *testing.T) {
+	a, counter := holdsApp(t, app.Config{})
+	c := agentClient(t, a)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"denied":"elsewhere"}`)})
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	st, err := a.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	last, err := oplog.Last(ctx, st, "review", held.OpID)
+	require.NoError(t, err)
+	require.Equal(t, events.TypeHeld, last.Type)
+	_, err = testenv.Writer(t, a.JetStream).Append(ctx, st, oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}, last.Seq, events.TypeDenied, "airlock/gate",
+		&events.Denied{OpHeader: events.OpHeader{OpID: held.OpID, Workspace: "review"}, HoldID: held.HoldID, Code: events.CodeApprovalDenied, Actor: "approver2", Reason: "no"})
+	require.NoError(t, err)
+
+	r, err := approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "yes")
+	assert.Equal(t, events.CodeHoldResolved, codeOf(err), "%v", err)
+	assert.Equal(t, events.StateDenied, r.State)
+	got := waitTerminal(t, a, held.OpID)
+	assert.Equal(t, events.StateDenied, got.State)
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, 0, executions(t, counter, held.OpID))
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeDenied}, testenv.OpEvents(t, a.JetStream, "review", held.OpID))
+}
+
 // A rule added by a reload between the hold and the grant denies the
 // resume: the grant does not outrank the policy in force.
 func TestReloadedRuleDeniesOnResume(t *testing.T) {

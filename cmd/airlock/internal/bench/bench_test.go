@@ -69,7 +69,6 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	// collections ran depends on the heap; none is a valid count.)
 	assert.Greater(t, res.AllocKBPerOp, 1.0, "heap allocated per op in the pipeline phase")
 	assert.Greater(t, res.PacedAllocKBPerOp, 1.0, "heap allocated per op in the paced phase")
-	assert.GreaterOrEqual(t, res.GCCycles, 0)
 	assert.LessOrEqual(t, res.PacedP50MS, res.PacedP99MS)
 	assert.Greater(t, res.RawPacedP50MS, 0.0)
 	assert.LessOrEqual(t, res.RawPacedP50MS, res.RawPacedP99MS)

@@ -149,14 +149,8 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		if err != nil {
 			return events.Reply{}, nil, err
 		}
-		g.cfg.Logger.Info("hold resolved", "op", opID, "ws", ws, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
-		var gr *grant
-		if d, ok := data.(*events.Granted); ok {
-			gr = &grant{op: op, seq: seq, granted: d, held: held}
-		} else {
-			g.forget(held)
-		}
-		return events.Reply{OpID: opID, State: state, Hold: info}, gr, nil
+		r, gr := g.appended(op, seq, data, state, held, who, res, info)
+		return r, gr, nil
 	}
 	return events.Reply{}, nil, fmt.Errorf("hold %s: still contended after %d rounds", res.HoldID, maxResolveRounds)
 }
@@ -189,14 +183,22 @@ func (g *Gate) resolveHeldHere(ctx context.Context, ws string, who Principal, re
 		return events.Reply{}, nil, false, err
 	}
 	info := &events.HoldInfo{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, ExpiresAt: held.ExpiresAt, Reason: held.Reason}
-	g.cfg.Logger.Info("hold resolved", "op", opID, "ws", ws, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
+	r, gr := g.appended(op, seq, data, state, held, who, res, info)
+	return r, gr, true, nil
+}
+
+// appended answers the resolution of held that was appended at seq, and
+// returns, for a grant, what its resume needs; a deny forgets the kept
+// request.
+func (g *Gate) appended(op oplog.Op, seq uint64, data any, state events.State, held *events.Held, who Principal, res *events.Resolution, info *events.HoldInfo) (events.Reply, *grant) {
+	g.cfg.Logger.Info("hold resolved", "op", op.ID, "ws", op.Workspace, "hold", held.HoldID, "decision", res.Decision, "approver", who.Name, "seq", seq)
 	var gr *grant
 	if d, ok := data.(*events.Granted); ok {
 		gr = &grant{op: op, seq: seq, granted: d, held: held}
 	} else {
 		g.forget(held)
 	}
-	return events.Reply{OpID: opID, State: state, Hold: info}, gr, true, nil
+	return events.Reply{OpID: op.ID, State: state, Hold: info}, gr
 }
 
 // forget drops the request this gate kept of held's op, if any: the hold

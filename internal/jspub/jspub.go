@@ -126,13 +126,7 @@ func (p *Publisher) Publish(m *nats.Msg) (*Ack, error) {
 // took the subject. When ctx ends first, it returns ctx's error and the
 // ack is forgotten: the message may or may not have been stored.
 func (a *Ack) Wait(ctx context.Context) (seq uint64, duplicate bool, err error) {
-	select {
-	case <-a.done:
-		return a.seq, a.dup, a.err
-	case <-ctx.Done():
-		a.forget()
-		return 0, false, ctx.Err()
-	}
+	return a.wait(ctx, nil)
 }
 
 // WaitAtMost is Wait bounded by d as well as by ctx: when d passes first
@@ -148,13 +142,18 @@ func (a *Ack) WaitAtMost(ctx context.Context, d time.Duration) (seq uint64, dupl
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
+	return a.wait(ctx, t.C)
+}
+
+// wait waits for the acknowledgement, ctx, or expired (nil: never).
+func (a *Ack) wait(ctx context.Context, expired <-chan time.Time) (uint64, bool, error) {
 	select {
 	case <-a.done:
 		return a.seq, a.dup, a.err
 	case <-ctx.Done():
 		a.forget()
 		return 0, false, ctx.Err()
-	case <-t.C:
+	case <-expired:
 		a.forget()
 		return 0, false, context.DeadlineExceeded
 	}

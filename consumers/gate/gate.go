@@ -86,6 +86,9 @@ type Config struct {
 	// RetryDelay is the redelivery delay after a transient failure;
 	// default 1s.
 	RetryDelay time.Duration
+	// HoldSweep is how often the gate forgets the requests it kept of
+	// holds past their expiry; default DefaultHoldSweep.
+	HoldSweep time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -121,6 +124,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 15 * time.Second
+	}
+	if c.HoldSweep <= 0 {
+		c.HoldSweep = DefaultHoldSweep
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = time.Second
@@ -228,6 +234,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	}
 	grp.Go(func() error { return g.runResume(gctx) })
 	grp.Go(func() error { return g.runRequests(gctx) })
+	grp.Go(func() error { g.forgetExpiredHolds(gctx); return nil })
 	return grp.Wait()
 }
 

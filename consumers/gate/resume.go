@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/handoff"
@@ -282,6 +283,39 @@ type heldRequest struct {
 	// on heldSeq succeeds) need not read it back (Gate.resolve).
 	held    *events.Held
 	heldSeq uint64
+}
+
+// DefaultHoldSweep is how often a gate forgets the requests it kept of
+// holds that have expired (Config.HoldSweep): a hold that the sweeper
+// marks expired, or that nobody resolves, is not resolved through this
+// gate, and its request (args in the clear, in memory) would otherwise
+// stay until newer holds push it out. A grant after the expiry is
+// refused, kept or not.
+const DefaultHoldSweep = time.Minute
+
+// forgetExpiredHolds runs dropExpiredHolds every HoldSweep until ctx
+// ends.
+func (g *Gate) forgetExpiredHolds(ctx context.Context) {
+	t := time.NewTicker(g.cfg.HoldSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := g.dropExpiredHolds(g.cfg.Clock()); n > 0 {
+			g.cfg.Logger.Debug("requests of expired holds forgotten", "holds", n)
+		}
+	}
+}
+
+// dropExpiredHolds forgets the kept requests of holds expired at now, and
+// returns how many.
+func (g *Gate) dropExpiredHolds(now time.Time) int {
+	return g.holding.DropIf(func(h heldRequest) bool {
+		return h.held != nil && !now.Before(h.held.ExpiresAt)
+	})
 }
 
 func newHolding() *handoff.Store[heldRequest] {

@@ -2,9 +2,12 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/airlock-dev/airlock/events"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -54,4 +57,29 @@ func TestResumedSetDeliveryWaitsForTheResume(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	assert.False(t, r.take(short, "op_2", 3), "a resume that does not end in time leaves the grant to its delivery")
+}
+
+// The requests a gate kept of holds that expired without being resolved
+// through it are forgotten by the sweep; those of pending holds stay.
+func TestExpiredHoldsAreForgotten(t *testing.T) {
+	g := &Gate{holding: newHolding()}
+	now := time.Now()
+	for i, expires := range []time.Time{now.Add(-time.Second), now, now.Add(time.Minute)} {
+		op := fmt.Sprintf("op_%d", i)
+		g.holding.Put(op, uint64(i+1), heldRequest{
+			req:  &events.Request{Workspace: "w", Agent: "a", Tool: "t", Args: json.RawMessage(`{"i":` + fmt.Sprint(i) + `}`)},
+			held: &events.Held{OpHeader: events.OpHeader{OpID: op, Workspace: "w"}, ExpiresAt: expires}, heldSeq: uint64(i + 10),
+		})
+	}
+	// A request kept without its held event (none known) is not dropped.
+	g.holding.Put("op_x", 9, heldRequest{req: &events.Request{Workspace: "w", Agent: "a", Tool: "t", Args: json.RawMessage(`{}`)}})
+	assert.Equal(t, 2, g.dropExpiredHolds(now), "the hold past its expiry and the one at it")
+	for op, kept := range map[string]bool{"op_0": false, "op_1": false, "op_2": true, "op_x": true} {
+		_, _, ok := g.holding.Peek(op)
+		assert.Equal(t, kept, ok, op)
+	}
+	entries, bytes := g.holding.Len()
+	assert.Equal(t, 2, entries)
+	assert.Positive(t, bytes)
+	assert.Zero(t, g.dropExpiredHolds(now), "nothing more")
 }

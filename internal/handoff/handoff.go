@@ -154,6 +154,26 @@ func (a *Store[V]) Peek(op string) (seq uint64, v V, ok bool) {
 	return e.seq, e.v, ok
 }
 
+// DropIf forgets every entry whose value drop says to, and returns how
+// many it forgot. It looks at every entry, under the Store's lock: for a
+// sweep now and then, not for a hot path.
+func (a *Store[V]) DropIf(drop func(V) bool) int {
+	if a == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for op, e := range a.m {
+		if drop(e.v) {
+			delete(a.m, op)
+			a.bytes -= e.size
+			n++
+		}
+	}
+	return n
+}
+
 // Stats are how many Takes found their value and how many did not.
 func (a *Store[V]) Stats() (hits, misses uint64) {
 	if a == nil {

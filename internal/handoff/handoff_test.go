@@ -144,3 +144,27 @@ func TestPeekLeavesTheEntry(t *testing.T) {
 	_, _, ok = none.Peek("op_a")
 	assert.False(t, ok)
 }
+
+// DropIf forgets what it is told to, gives back its bytes, and the bounds
+// go on evicting the oldest of what is left.
+func TestDropIfForgetsAndFreesBytes(t *testing.T) {
+	a := New(3, 0)
+	for i := range 3 {
+		a.Put(fmt.Sprintf("op_%d", i), uint64(i), json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	_, before := a.Len()
+	assert.Equal(t, 1, a.DropIf(func(v json.RawMessage) bool { return string(v) == `{"n":1}` }))
+	entries, after := a.Len()
+	assert.Equal(t, 2, entries)
+	assert.Equal(t, before-len(`{"n":1}`), after)
+	a.Put("op_3", 3, json.RawMessage(`{"n":3}`))
+	a.Put("op_4", 4, json.RawMessage(`{"n":4}`))
+	_, _, ok := a.Peek("op_0")
+	assert.False(t, ok, "the oldest left is evicted once the bound is reached again")
+	for _, op := range []string{"op_2", "op_3", "op_4"} {
+		_, _, ok := a.Peek(op)
+		assert.True(t, ok, op)
+	}
+	var none *Args
+	assert.Zero(t, none.DropIf(func(json.RawMessage) bool { return true }))
+}

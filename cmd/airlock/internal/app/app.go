@@ -73,8 +73,9 @@ type Config struct {
 	Auth bool
 	// Tools configures the built-in tools exec, apply_patch and remote.
 	Tools ToolsConfig
-	// HoldExpiryInterval is how often held ops are checked for expiry;
-	// zero for the default (1s).
+	// HoldExpiryInterval is how often held ops are checked for expiry,
+	// and how often the gate forgets the requests it kept of expired
+	// holds; zero for the defaults (1s; a minute for the gate).
 	HoldExpiryInterval time.Duration
 	// Clock tells the time for holds and controls; default time.Now.
 	Clock func() time.Time
@@ -412,7 +413,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		Conn: a.Conn, JetStream: a.JetStream, Policy: pol, PolicySource: source,
 		Served: served.Serves, Local: localServes(reg, cfg.ExecutorWorkspaces),
 		Clock: cfg.Clock, Logger: cfg.Logger, Operands: operandsOf(reg), Handoff: args,
-		Results: a.Results, Retention: cfg.retention(),
+		Results: a.Results, Retention: cfg.retention(), HoldSweep: cfg.HoldExpiryInterval,
 	}
 	if a.Authority != nil {
 		gcfg.Principals = a.principal

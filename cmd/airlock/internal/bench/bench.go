@@ -7,16 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/metrics"
 	"slices"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/livefeed"
-	"github.com/airlock-dev/airlock/internal/natsrv"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
@@ -704,113 +701,4 @@ func subjects(ctx context.Context, js jetstream.JetStream, stream string) (uint6
 	return st.CachedInfo().State.NumSubjects, nil
 }
 
-// raw publishes n messages of size bytes asynchronously to a stream with
-// the events stream's storage settings on a fresh embedded server.
-func raw(ctx context.Context, cfg Config, res *Result) (float64, error) {
-	n, size := res.RawMsgs, res.RawMsgBytes
-	s, err := natsrv.Start(natsrv.Config{DataDir: filepath.Join(cfg.Dir, "raw"), SyncAlways: cfg.SyncAlways})
-	if err != nil {
-		return 0, err
-	}
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		return 0, err
-	}
-	defer nc.Close()
-	var failed atomic.Int64
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { failed.Add(1) }))
-	if err != nil {
-		return 0, err
-	}
-	sc := streams.OpsConfig(streams.Config{})
-	sc.Name, sc.Subjects = "BENCH_RAW", []string{"bench.raw.>"}
-	if _, err := js.CreateStream(ctx, sc); err != nil {
-		return 0, err
-	}
-	payload := make([]byte, size)
-	for i := range payload {
-		payload[i] = 'x'
-	}
-	// Done is what JetStream acknowledged: published less pending.
-	m := cfg.trackAdjusted(PhaseRaw, n, func(published int64) int64 { return published - int64(js.PublishAsyncPending()) })
-	defer m.end()
-	start := time.Now()
-	for i := range n {
-		if _, err := js.PublishAsync(fmt.Sprintf("bench.raw.%d", i%1024), payload, jetstream.WithStallWait(time.Minute)); err != nil {
-			return 0, err
-		}
-		m.add(1)
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	elapsed := time.Since(start)
-	m.end()
-	if f := failed.Load(); f > 0 {
-		return 0, fmt.Errorf("%d of %d raw publishes failed", f, n)
-	}
-	if res.Paced > 0 {
-		chain := max(1, int(res.MsgsPerOp+0.5))
-		lat, err := rawPaced(ctx, js, res.PacedRate, res.Paced, chain, payload, cfg.track(PhaseRawPaced, res.Paced))
-		if err != nil {
-			return 0, err
-		}
-		res.RawPacedP50MS, res.RawPacedP99MS = ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100])
-	}
-	return float64(n) / elapsed.Seconds(), nil
-}
-
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// GOGC is the garbage collector's target in force: GOGC's percent, or -1
-// when the collector is off.
-func GOGC() int {
-	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() != metrics.KindUint64 {
-		return -1
-	}
-	return int(int64(sample[0].Value.Uint64())) // off reads as -1
-}
-
-// heapWork is what the process had allocated on the heap, in bytes, and
-// the collections it had run.
-type heapWork struct {
-	allocated uint64
-	cycles    int
-}
-
-func readHeapWork() heapWork {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
-	metrics.Read(s)
-	var h heapWork
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		h.allocated = s[0].Value.Uint64()
-	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		h.cycles = int(s[1].Value.Uint64())
-	}
-	return h
-}
-
-// since is the work done between h0 and h.
-func (h heapWork) since(h0 heapWork) heapWork {
-	return heapWork{allocated: h.allocated - h0.allocated, cycles: h.cycles - h0.cycles}
-}
-
-// kbPer is the allocation per op of n ops, in KB.
-func (h heapWork) kbPer(n int) float64 { return float64(h.allocated) / 1024 / float64(max(n, 1)) }
-
-// processCPU is the CPU time the process has used, user and system, and
-// the minor page faults it has taken.
-func processCPU() (time.Duration, int64) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Minflt
-}

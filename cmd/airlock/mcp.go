@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/mcpgw"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/periodic"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -195,21 +196,14 @@ func catalog(ctx context.Context, c *producers.Client) (*events.ToolCatalog, err
 
 // refresh reads the catalog every mcpRefreshEvery and updates gw.
 func refresh(ctx context.Context, c *producers.Client, gw *mcpgw.Gateway, log *slog.Logger) {
-	t := time.NewTicker(mcpRefreshEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, mcpRefreshEvery, func() {
 		cat, err := c.Tools(ctx)
 		if err != nil {
 			log.Warn("mcp: reading Airlock's tools", "err", err)
-			continue
+			return
 		}
 		gw.Update(cat)
-	}
+	})
 }
 
 // mcpClientOptions are the options of a gateway's client.

@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/periodic"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -296,18 +297,11 @@ const DefaultHoldSweep = time.Minute
 // forgetExpiredHolds runs dropExpiredHolds every HoldSweep until ctx
 // ends.
 func (g *Gate) forgetExpiredHolds(ctx context.Context) {
-	t := time.NewTicker(g.cfg.HoldSweep)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, g.cfg.HoldSweep, func() {
 		if n := g.dropExpiredHolds(g.cfg.Clock()); n > 0 {
 			g.cfg.Logger.Debug("requests of expired holds forgotten", "holds", n)
 		}
-	}
+	})
 }
 
 // dropExpiredHolds forgets the kept requests of holds expired at now, and

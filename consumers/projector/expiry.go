@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/periodic"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,26 +85,12 @@ func sweeps(ctx context.Context, w *oplog.Writer, log *slog.Logger, interval tim
 	if err != nil {
 		return err
 	}
-	every(ctx, interval, func() {
+	periodic.Every(ctx, interval, func() {
 		if n, err := sweep(ctx, st); err != nil && ctx.Err() == nil {
 			log.Warn(what, "err", err, "done", n)
 		}
 	})
 	return nil
-}
-
-// every calls sweep each interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, sweep func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		sweep()
-	}
 }
 
 // Sweep expires every held op past its expiry and returns how many it

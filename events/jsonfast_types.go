@@ -82,6 +82,7 @@ func (w *jwriter) op(op *Op) bool {
 	}
 	w.boolOmit("result_erase_on_delivery", op.ResultEraseOnDelivery)
 	w.strOmit("result_erased", op.ResultErased)
+	w.uintOmit("result_seq", op.ResultSeq)
 	w.strOmit("error_code", string(op.ErrorCode))
 	w.strOmit("error", op.Error)
 	w.boolOmit("scrubbed", op.Scrubbed)
@@ -174,6 +175,7 @@ func (w *jwriter) completed(c *Completed) bool {
 		return false
 	}
 	w.boolOmit("result_erase_on_delivery", c.EraseOnDelivery)
+	w.uintOmit("result_seq", c.ResultSeq)
 	w.end()
 	return true
 }
@@ -306,6 +308,8 @@ func (r *jreader) op(op *Op) bool {
 			return took(35, r.time(&op.CreatedAt))
 		case "updated_at":
 			return took(36, r.time(&op.UpdatedAt))
+		case "result_seq":
+			return took(37, r.uint(&op.ResultSeq))
 		}
 		return 0
 	})
@@ -463,6 +467,8 @@ func (r *jreader) completed(c *Completed) bool {
 			return took(8, r.timePtr(&c.KeptUntil))
 		case "result_erase_on_delivery":
 			return took(9, r.bool(&c.EraseOnDelivery))
+		case "result_seq":
+			return took(10, r.uint(&c.ResultSeq))
 		}
 		return 0
 	})

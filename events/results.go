@@ -27,17 +27,35 @@ const (
 	DefaultRetainedBytes = 1 << 30
 )
 
-// ResultSubject is where AIRLOCK_RESULTS keeps the sealed result of one
-// attempt of op: airlock.v1.result.<ws>.<op>.<attempt>. The completed
-// event names the attempt whose result counts; a result stored by an
-// attempt that lost its compare-and-swap is never read, and is erased
-// with the op's.
-func ResultSubject(ws, op, attempt string) string {
+// ResultSubject is where AIRLOCK_RESULTS keeps the sealed results of
+// workspace ws: airlock.v1.result.<ws>, one subject for all of them, each
+// result a message that the completed event counting it names by its
+// stream sequence (result_seq) and that carries its op and attempt in
+// HeaderResultOp and HeaderResultAttempt. One subject per result would
+// cost the server an entry in its subject index per kept result for the
+// result's retention (ADR 0027).
+func ResultSubject(ws string) string { return SubjectRoot + ".result." + ws }
+
+// Headers of a kept result's message: the op and the attempt it is the
+// result of, which a read by sequence checks.
+const (
+	HeaderResultOp      = "Airlock-Op"
+	HeaderResultAttempt = "Airlock-Attempt"
+)
+
+// AttemptResultSubject is where versions before result_seq kept the
+// sealed result of one attempt of op: airlock.v1.result.<ws>.<op>.<attempt>.
+// Results so kept are read and erased there (a completed event without
+// result_seq) until their TTL removes the last of them.
+func AttemptResultSubject(ws, op, attempt string) string {
 	return SubjectRoot + ".result." + ws + "." + op + "." + attempt
 }
 
-// ResultFilter matches every stored result of op.
-func ResultFilter(ws, op string) string { return SubjectRoot + ".result." + ws + "." + op + ".*" }
+// AttemptResultFilter matches every result of op kept on its attempts'
+// subjects (AttemptResultSubject).
+func AttemptResultFilter(ws, op string) string {
+	return SubjectRoot + ".result." + ws + "." + op + ".*"
+}
 
 // ResultQuerySubject is where principal asks for results:
 // airlock.v1.fetch.<principal>. With credentials on, the server lets a
@@ -111,4 +129,14 @@ type KeptResult struct {
 	// Result is the compacted result the completed event's digest covers.
 	Result    []byte
 	Retention Retention
+}
+
+// StoredResult is where and until when a kept result is stored.
+type StoredResult struct {
+	// Until is when the result is erased; nil when it was not kept (a
+	// retention of zero, or an agent with no key).
+	Until *time.Time
+	// Seq is the result's sequence in AIRLOCK_RESULTS, which the
+	// completed event names (result_seq); 0 when it was not kept.
+	Seq uint64
 }

@@ -114,9 +114,13 @@ type Op struct {
 	ResultKeptUntil       *time.Time `json:"result_kept_until,omitempty"`
 	ResultEraseOnDelivery bool       `json:"result_erase_on_delivery,omitempty"`
 	ResultErased          string     `json:"result_erased,omitempty"`
-	ErrorCode             Code       `json:"error_code,omitempty"`
-	Error                 string     `json:"error,omitempty"`
-	Scrubbed              bool       `json:"scrubbed,omitempty"`
+	// ResultSeq is the kept result's sequence in AIRLOCK_RESULTS (the
+	// completed event's result_seq); 0 for a result kept on its
+	// attempt's own subject, or none.
+	ResultSeq uint64 `json:"result_seq,omitempty"`
+	ErrorCode Code   `json:"error_code,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Scrubbed  bool   `json:"scrubbed,omitempty"`
 	// Version is the op subject's sequence of the last applied event: the
 	// value the next transition must expect.
 	Version uint64 `json:"version"`
@@ -183,6 +187,7 @@ func (op *Op) Apply(data any, seq uint64, at time.Time) error {
 	case *Completed:
 		op.ResultDigest, op.ResultBytes = d.ResultDigest, d.ResultBytes
 		op.ResultKeptUntil, op.ResultEraseOnDelivery = d.KeptUntil, d.EraseOnDelivery
+		op.ResultSeq = d.ResultSeq
 	case *ResultErased:
 		op.ResultErased = d.Reason
 	case *Failed:

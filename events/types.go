@@ -256,6 +256,10 @@ type Completed struct {
 	// has it.
 	KeptUntil       *time.Time `json:"result_kept_until,omitempty"`
 	EraseOnDelivery bool       `json:"result_erase_on_delivery,omitempty"`
+	// ResultSeq is the kept result's sequence in AIRLOCK_RESULTS; absent
+	// when it was not kept, or was kept by a version that stored each
+	// result on a subject of its own (AttemptResultSubject).
+	ResultSeq uint64 `json:"result_seq,omitempty"`
 }
 
 // Failed records that the op ran, or could not run, and failed. Terminal.

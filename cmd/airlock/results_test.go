@@ -358,8 +358,11 @@ func TestDataDirCannotOpenAnExternalAgentsResult(t *testing.T) {
 	require.NoError(t, err)
 	st, err := js.Stream(context.Background(), streams.Results)
 	require.NoError(t, err)
-	m, err := st.GetLastMsgForSubject(context.Background(), events.ResultSubject("auto", s.OpID, op.Attempt))
+	require.NotZero(t, op.ResultSeq)
+	m, err := st.GetMsg(context.Background(), op.ResultSeq)
 	require.NoError(t, err)
+	assert.Equal(t, events.ResultSubject("auto"), m.Subject)
+	assert.Equal(t, s.OpID, m.Header.Get(events.HeaderResultOp))
 	assert.NotContains(t, string(m.Data), "only1for-remote")
 
 	opens := func(credsPath string) bool {

@@ -70,14 +70,19 @@ func (r *Runner) record(ctx context.Context, call Call, item work, expect uint64
 }
 
 // ResultKeeper stores a completed op's result, sealed to the agent that
-// asked, and returns until when it is kept (nil: not kept, for a
-// retention of zero or an agent with no key). It is called before the
-// completed event is appended, and again (same attempt) when that append
-// is tried again after a crash: storing the same attempt's result twice
-// must be harmless.
+// asked, and returns until when it is kept (Until nil: not kept, for a
+// retention of zero or an agent with no key) and its sequence, which the
+// completed event names. It is called before the completed event is
+// appended, and again (same attempt) when that append is tried again
+// after a crash: storing the same attempt's result twice must be
+// harmless.
 type ResultKeeper interface {
-	Keep(ctx context.Context, r KeptResult) (*time.Time, error)
+	Keep(ctx context.Context, r KeptResult) (StoredResult, error)
 }
+
+// StoredResult is where and until when a ResultKeeper stored a result
+// (events.StoredResult).
+type StoredResult = events.StoredResult
 
 // KeptResult is what a ResultKeeper stores (events.KeptResult).
 type KeptResult = events.KeptResult
@@ -93,10 +98,10 @@ func (r *Runner) keep(ctx context.Context, call Call, item work, c *events.Compl
 	kr := KeptResult{Workspace: item.Workspace, OpID: item.OpID, Attempt: call.Attempt, Agent: item.Agent, Result: result, Retention: ret}
 	wait := 50 * time.Millisecond
 	for {
-		until, err := r.cfg.Results.Keep(ctx, kr)
+		kept, err := r.cfg.Results.Keep(ctx, kr)
 		if err == nil {
-			c.KeptUntil = until
-			c.EraseOnDelivery = until != nil && ret.EraseOnDelivery
+			c.KeptUntil, c.ResultSeq = kept.Until, kept.Seq
+			c.EraseOnDelivery = kept.Until != nil && ret.EraseOnDelivery
 			failpoint.Hit(failpoint.AfterResultKept, item.Tool)
 			return nil
 		}

@@ -175,67 +175,83 @@ func (s *Store) stream(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // Keep implements consumers/executor.ResultKeeper: it seals the result to the
-// agent and stores it, deduplicated by op and attempt, with a TTL of the
-// retention and streams.ResultTTLMargin.
-func (s *Store) Keep(ctx context.Context, r events.KeptResult) (*time.Time, error) {
+// agent and stores it on its workspace's subject, with its op and attempt
+// in headers and a TTL of the retention and streams.ResultTTLMargin.
+func (s *Store) Keep(ctx context.Context, r events.KeptResult) (events.StoredResult, error) {
 	ttl := r.Retention.TTL()
 	if ttl <= 0 {
-		return nil, nil
+		return events.StoredResult{}, nil
 	}
 	rcpt, ok := s.keys.Recipient(r.Agent)
 	if !ok {
 		s.log.Warn("result not kept: the agent has no key", "op", r.OpID, "agent", r.Agent)
-		return nil, nil
+		return events.StoredResult{}, nil
 	}
 	sealed, err := s.sealer.Seal(rcpt, r.OpID, r.Result)
 	if err != nil {
-		return nil, err
+		return events.StoredResult{}, err
 	}
 	until := s.now().Add(ttl).UTC()
 	// An asynchronous publisher of the store's own: no reply subscription
 	// and round trip per result, as a synchronous publish would take.
 	pub, err := s.publisher()
 	if err != nil {
-		return nil, err
+		return events.StoredResult{}, err
 	}
 	// No Nats-Msg-Id: a result published again after a lost
-	// acknowledgement is a second copy on the attempt's own subject, read
-	// as the first (Get takes the subject's last) and erased with it (a
-	// purge of the subject). Deduplication would hold an id per result in
-	// the server's memory for the stream's window, for nothing.
-	m := &nats.Msg{Subject: events.ResultSubject(r.Workspace, r.OpID, r.Attempt), Data: sealed, Header: nats.Header{
+	// acknowledgement is a second copy that no completed event names,
+	// never read, and removed by its TTL. Deduplication would hold an id
+	// per result in the server's memory for the stream's window, for a
+	// case that needs a node to die holding the publish.
+	m := &nats.Msg{Subject: events.ResultSubject(r.Workspace), Data: sealed, Header: nats.Header{
 		jetstream.MsgTTLHeader:         {(ttl + streams.ResultTTLMargin).String()},
 		jetstream.ExpectedStreamHeader: {streams.Results},
+		events.HeaderResultOp:          {r.OpID},
+		events.HeaderResultAttempt:     {r.Attempt},
 	}}
 	ack, err := pub.Publish(m)
+	var seq uint64
 	if err == nil {
 		// An acknowledgement lost with a node that died holding the
 		// publish never comes, and the connection, to another node, does
 		// not drop: the wait is bounded, and the runner publishes again.
-		_, _, err = ack.WaitAtMost(ctx, oplog.AckTimeout)
+		seq, _, err = ack.WaitAtMost(ctx, oplog.AckTimeout)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("results: store: %w", err)
+		return events.StoredResult{}, fmt.Errorf("results: store: %w", err)
 	}
-	return &until, nil
+	return events.StoredResult{Until: &until, Seq: seq}, nil
 }
 
 // ErrGone is Get's error for a result that is not stored (erased, or
 // removed by its TTL).
 var ErrGone = errors.New("results: not stored")
 
-// Get returns the sealed result of op's attempt.
-func (s *Store) Get(ctx context.Context, ws, op, attempt string) ([]byte, error) {
+// Get returns the sealed result of op's attempt, kept at seq (the
+// completed event's result_seq), or, for seq 0, on the attempt's own
+// subject, as versions before result_seq kept it. A message at seq that
+// is not that attempt's result is ErrMismatch.
+func (s *Store) Get(ctx context.Context, ws, op, attempt string, seq uint64) ([]byte, error) {
 	st, err := s.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m, err := st.GetLastMsgForSubject(ctx, events.ResultSubject(ws, op, attempt))
+	var m *jetstream.RawStreamMsg
+	if seq == 0 {
+		m, err = st.GetLastMsgForSubject(ctx, events.AttemptResultSubject(ws, op, attempt))
+	} else {
+		m, err = st.GetMsg(ctx, seq)
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrGone
 	}
 	if err != nil {
 		return nil, fmt.Errorf("results: read: %w", err)
+	}
+	if seq != 0 && (m.Subject != events.ResultSubject(ws) ||
+		m.Header.Get(events.HeaderResultOp) != op || m.Header.Get(events.HeaderResultAttempt) != attempt) {
+		return nil, fmt.Errorf("%w: the message at %d is %s's attempt %s on %s, not %s's attempt %s", ErrMismatch, seq,
+			m.Header.Get(events.HeaderResultOp), m.Header.Get(events.HeaderResultAttempt), m.Subject, op, attempt)
 	}
 	return m.Data, nil
 }
@@ -258,14 +274,29 @@ func (s *Store) Open(op string, sealed []byte) (plain []byte, ok bool, err error
 	return plain, true, nil
 }
 
-// Erase removes every stored result of op (every attempt's). Erasing
-// what is gone is not an error.
-func (s *Store) Erase(ctx context.Context, ws, op string) error {
+// Erase removes op's kept result: the message at seq (the completed
+// event's result_seq), or, for seq 0, every result of op on its attempts'
+// own subjects, as versions before result_seq kept them. Erasing what is
+// gone is not an error. A copy that no completed event names (a result
+// stored again after a lost acknowledgement, or by an attempt that lost
+// its compare-and-swap) is sealed to the agent too, and its TTL removes
+// it.
+func (s *Store) Erase(ctx context.Context, ws, op string, seq uint64) error {
 	st, err := s.stream(ctx)
 	if err != nil {
 		return err
 	}
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(events.ResultFilter(ws, op))); err != nil {
+	if seq == 0 {
+		err = st.Purge(ctx, jetstream.WithPurgeSubject(events.AttemptResultFilter(ws, op)))
+	} else if err = st.DeleteMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		// Refused: because the message is not there (erased already, or
+		// removed by its TTL), or for a reason that holds. Only a look
+		// tells.
+		if _, gerr := st.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			err = nil
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("results: erase %s: %w", op, err)
 	}
 	return nil

@@ -38,12 +38,15 @@ import (
 //	strings  result erased, error code, error
 //	uvarint  version, first seq
 //	time     created at, updated at
+//	uvarint  result seq (if flagged)
 //
 // A string is a uvarint length and its bytes; a time is a varint of Unix
 // seconds, a uvarint of nanoseconds and a varint of the zone's offset in
 // seconds, which is all of a time its JSON (RFC 3339) carries. A new field
-// of events.Op needs a new version; TestOpRecordRoundTrip fails until the
-// form has it.
+// of events.Op needs a new version, or a flag and a place at the end (as
+// the result seq has: a version that does not know the flag refuses the
+// record, as it would a new version); TestOpRecordRoundTrip fails until
+// the form has it.
 const opRecordV1 = 0x01
 
 // Flags of an op record.
@@ -55,8 +58,9 @@ const (
 	recStarted
 	recResultEraseOnDelivery
 	recScrubbed
+	recResultSeq
 
-	recKnownFlags = recScrubbed<<1 - 1
+	recKnownFlags = recResultSeq<<1 - 1
 )
 
 // appendOpRecord appends op's record to b. It refuses, as the op's JSON
@@ -76,6 +80,7 @@ func appendOpRecord(b []byte, op *events.Op) ([]byte, error) {
 	set(recStarted, op.Started)
 	set(recResultEraseOnDelivery, op.ResultEraseOnDelivery)
 	set(recScrubbed, op.Scrubbed)
+	set(recResultSeq, op.ResultSeq != 0)
 	for _, t := range []*time.Time{op.HoldExpiresAt, op.ResolvedAt, op.ClaimedAt, op.ResultKeptUntil, &op.CreatedAt, &op.UpdatedAt} {
 		if t == nil {
 			continue
@@ -114,7 +119,11 @@ func appendOpRecord(b []byte, op *events.Op) ([]byte, error) {
 	b = binary.AppendUvarint(b, op.Version)
 	b = binary.AppendUvarint(b, op.FirstSeq)
 	b = appendTime(b, op.CreatedAt)
-	return appendTime(b, op.UpdatedAt), nil
+	b = appendTime(b, op.UpdatedAt)
+	if op.ResultSeq != 0 {
+		b = binary.AppendUvarint(b, op.ResultSeq)
+	}
+	return b, nil
 }
 
 func appendStrings(b []byte, ss ...string) []byte {
@@ -186,6 +195,9 @@ func decodeOpRecord(v []byte, op *events.Op) error {
 	op.FirstSeq = r.uvarint()
 	op.CreatedAt = r.time()
 	op.UpdatedAt = r.time()
+	if flags&recResultSeq != 0 {
+		op.ResultSeq = r.uvarint()
+	}
 	op.Started = flags&recStarted != 0
 	op.ResultEraseOnDelivery = flags&recResultEraseOnDelivery != 0
 	op.Scrubbed = flags&recScrubbed != 0

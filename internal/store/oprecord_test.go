@@ -141,6 +141,25 @@ func TestOpRecordV1IsFixed(t *testing.T) {
 	require.Equal(t, string(want), string(gotJSON))
 }
 
+// An op whose completed event named its result's sequence has it at the
+// end of its record, behind a flag of its own: the form of version 1
+// otherwise, so every record written before reads as it did.
+func TestOpRecordResultSeqIsFlaggedAtTheEnd(t *testing.T) {
+	op := *goldenOp
+	op.ResultSeq = 300
+	rec, err := appendOpRecord(nil, &op)
+	require.NoError(t, err)
+	want := "01" + "ff01" + goldenV1[4:] + "ac02" // every flag and result seq's; result seq 300
+	require.Equal(t, want, hex.EncodeToString(rec))
+	got := new(events.Op)
+	require.NoError(t, decodeOpRecord(rec, got))
+	assert.Equal(t, uint64(300), got.ResultSeq)
+	// Without its flag, the trailing seq is bytes left over: refused.
+	b, err := hex.DecodeString("017f" + goldenV1[4:] + "ac02")
+	require.NoError(t, err)
+	require.ErrorIs(t, decodeOpRecord(b, new(events.Op)), errOpRecord)
+}
+
 // A record as the JSON store wrote it (before 2026-12-06) reads.
 func TestOpRecordEarlierJSON(t *testing.T) {
 	const earlier = `{"op_id":"op_9","workspace":"demo","state":"completed","agent":"agent","tool":"echo","class":"read",` +

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/consumers/executor"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,32 +95,29 @@ func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
 	_, err = c.Result(ctx, "a1", "op_nope")
 	assert.Equal(t, events.CodeInvalidQuery, events.CodeOf(err))
 
-	// Change the stored result: the client refuses it.
+	// The completed event names its result by sequence: a result stored
+	// later for the same op and attempt, on the same subject, is not the
+	// one the op reads (the client's own check of what it reads is
+	// producers' TestOpenChecksTheResultAgainstItsDigest).
 	op, err := c.Op(ctx, out.OpID)
 	require.NoError(t, err)
-	subj := events.ResultSubject("w", out.OpID, op.Attempt)
-	stored, err := a.Results.Get(ctx, "w", out.OpID, op.Attempt)
+	require.NotZero(t, op.ResultSeq)
+	stored, err := a.Results.Get(ctx, "w", out.OpID, op.Attempt, op.ResultSeq)
 	require.NoError(t, err)
 	plain, ok, err := a.Results.Open(out.OpID, stored)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.JSONEq(t, `{"k":"v"}`, string(plain))
-	_, err = a.JetStream.Publish(ctx, subj, append([]byte(nil), stored[:len(stored)-1]...))
-	require.NoError(t, err)
-	_, err = c.Result(ctx, "a1", out.OpID)
-	assert.Equal(t, events.CodeResultMismatch, events.CodeOf(err))
-	// A result that opens but is not the one the log recorded.
-	sealedOther, err := a.Results.Keep(ctx, executor.KeptResult{Workspace: "w", OpID: out.OpID, Attempt: op.Attempt + "x", Agent: "a1",
+	forged, err := a.Results.Keep(ctx, executor.KeptResult{Workspace: "w", OpID: out.OpID, Attempt: op.Attempt, Agent: "a1",
 		Result: []byte(`{"k":"forged"}`), Retention: events.Retention{TTLSeconds: 60}})
 	require.NoError(t, err)
-	require.NotNil(t, sealedOther)
-	forged, err := a.Results.Get(ctx, "w", out.OpID, op.Attempt+"x")
+	require.Greater(t, forged.Seq, op.ResultSeq)
+	got, err = c.Result(ctx, "a1", out.OpID)
 	require.NoError(t, err)
-	_, err = a.JetStream.Publish(ctx, subj, forged)
-	require.NoError(t, err)
-	_, err = c.Result(ctx, "a1", out.OpID)
-	assert.Equal(t, events.CodeResultMismatch, events.CodeOf(err))
-	assert.Contains(t, err.Error(), out.ResultDigest)
+	assert.JSONEq(t, `{"k":"v"}`, string(got.Result))
+	// Read as another attempt's, the message at that sequence is refused.
+	_, err = a.Results.Get(ctx, "w", out.OpID, op.Attempt+"x", op.ResultSeq)
+	require.ErrorIs(t, err, results.ErrMismatch)
 }
 
 // A result that cannot be stored keeps the op out of completed: nothing

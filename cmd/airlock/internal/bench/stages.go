@@ -23,7 +23,7 @@ type Stages struct {
 	CompletedToAnswerMS float64 `json:"completed_to_answer_ms"`
 }
 
-// maxStageOps bounds the ops Stages reads back: three reads each, after
+// maxStageOps bounds the ops Stages reads back: four reads each, after
 // the phase and untimed.
 const maxStageOps = 400
 
@@ -47,15 +47,31 @@ func stages(ctx context.Context, js jetstream.JetStream, prefix string, starts [
 		}
 		return raw.Time, true
 	}
+	// The completed event names its result by sequence.
+	completedAndResult := func(ws, op, tool string) (completed, result time.Time, ok bool) {
+		raw, err := ops.GetLastMsgForSubject(ctx, events.OpEventSubject(ws, op, tool, events.TypeCompleted))
+		if err != nil {
+			return completed, result, false
+		}
+		_, _, data, err := events.DecodeStored(raw.Header, raw.Data)
+		c, isCompleted := data.(*events.Completed)
+		if err != nil || !isCompleted || c.ResultSeq == 0 {
+			return completed, result, false
+		}
+		kept, err := results.GetMsg(ctx, c.ResultSeq)
+		if err != nil {
+			return completed, result, false
+		}
+		return raw.Time, kept.Time, true
+	}
 	var toStarted, toResult, toCompleted, toAnswer []time.Duration
 	step := max(1, len(starts)/maxStageOps)
 	for i := 0; i < len(starts); i += step {
 		req := benchRequest(prefix, i)
 		_, op := req.Identity()
 		started, ok1 := stored(ops, events.OpEventSubject(req.Workspace, op, req.Tool, events.TypeStarted))
-		result, ok2 := stored(results, events.ResultFilter(req.Workspace, op))
-		completed, ok3 := stored(ops, events.OpEventSubject(req.Workspace, op, req.Tool, events.TypeCompleted))
-		if !ok1 || !ok2 || !ok3 {
+		completed, result, ok2 := completedAndResult(req.Workspace, op, req.Tool)
+		if !ok1 || !ok2 {
 			continue
 		}
 		toStarted = append(toStarted, started.Sub(starts[i]))

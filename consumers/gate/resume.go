@@ -65,21 +65,23 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
+	ws, opID, tool, _, okSubj := events.OpSubjectParts(m.Subject())
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	if okSubj && g.resumed.take(ctx, opID, md.Sequence.Stream) {
+		// Resumed by this gate when it appended this very event: nothing
+		// to decode or check.
+		return nil
+	}
 	_, _, data, err := events.DecodeStored(m.Headers(), m.Data())
 	if err != nil {
 		g.cfg.Logger.Warn("granted event does not decode; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream, "err", err)
 		return nil
 	}
 	gr, ok := data.(*events.Granted)
-	ws, opID, tool, _, okSubj := events.OpSubjectParts(m.Subject())
 	if !ok || !okSubj || gr.OpID != opID || gr.Workspace != ws {
 		g.cfg.Logger.Warn("granted event on another op's subject; skipped", "subject", m.Subject(), "seq", md.Sequence.Stream)
 		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
-	if g.resumed.take(ctx, opID, md.Sequence.Stream) {
-		return nil // resumed by this gate when it appended the grant
 	}
 	op := oplog.Op{Workspace: ws, ID: opID, Tool: tool}
 	heldEv, err := oplog.LastOf(ctx, g.ops, op, events.TypeHeld)

@@ -45,15 +45,12 @@ const DefaultPurgeEvery = 50 * time.Millisecond
 // the time the ops in flight below it take to end under load.
 const DefaultPurgeGrace = time.Second
 
-// DefaultLateMoveWait is how long after finding no copy of an ended held
-// op in AIRLOCK_HELD a sweep looks for it again: twice the gate's time-out
-// for a request's batch (15 s), within which a move on its way lands.
-const DefaultLateMoveWait = 30 * time.Second
-
 // DefaultHeldCheckEvery is how often a scrubber looks through AIRLOCK_HELD
 // for copies of ops that have ended (CheckHeld), besides once when it
-// starts.
-const DefaultHeldCheckEvery = 10 * time.Minute
+// starts: twice the gate's time-out for a request's batch (15 s), within
+// which a move of a request on its way lands, so that a copy that lands
+// after its op ended and was scrubbed stays at most about a minute.
+const DefaultHeldCheckEvery = 30 * time.Second
 
 // heldChecksPerPass bounds the copies one of Run's passes of CheckHeld
 // erases, one secure delete each; the rest wait for the next pass, after
@@ -63,10 +60,6 @@ const (
 	heldChecksPerPass = 256
 	heldCheckRetry    = time.Minute
 )
-
-// maxLate bounds the ops a scrubber remembers to look for again; beyond
-// it, the newest are not remembered (and a warning says so).
-const maxLate = 4096
 
 // deleteWorkers bounds plain deletes in flight: each is a small tombstone.
 const deleteWorkers = 8
@@ -96,9 +89,6 @@ type ScrubberConfig struct {
 	// ended a request above the purge floor waits for a later purge
 	// before it is deleted on its own; default DefaultPurgeGrace.
 	PurgeEvery, PurgeGrace time.Duration
-	// LateMoveWait is how long after finding no copy of an ended held op
-	// in AIRLOCK_HELD a sweep erases it again; default DefaultLateMoveWait.
-	LateMoveWait time.Duration
 	// HeldCheckEvery is how often Run calls CheckHeld, which it also
 	// calls when it starts; default DefaultHeldCheckEvery.
 	HeldCheckEvery time.Duration
@@ -128,12 +118,6 @@ type Scrubber struct {
 	after     []byte
 	floor     uint64
 	nextPurge time.Time
-	// late is the ended held ops whose copy was not in AIRLOCK_HELD when
-	// looked for, and when to look again: the gate's move of the request
-	// may land after its op ended and was scrubbed (a move held up by an
-	// election or by an erase), and that copy would stay.
-	lateMu sync.Mutex
-	late   map[string]time.Time
 }
 
 // NewScrubber returns a scrubber.
@@ -159,13 +143,10 @@ func NewScrubber(cfg ScrubberConfig) (*Scrubber, error) {
 	if cfg.PurgeGrace <= 0 {
 		cfg.PurgeGrace = DefaultPurgeGrace
 	}
-	if cfg.LateMoveWait <= 0 {
-		cfg.LateMoveWait = DefaultLateMoveWait
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Scrubber{cfg: cfg, late: make(map[string]time.Time)}, nil
+	return &Scrubber{cfg: cfg}, nil
 }
 
 // Erased counts the index entries this scrubber has settled.
@@ -237,11 +218,11 @@ func (s *Scrubber) Run(ctx context.Context) error {
 
 // CheckHeld erases every copy in AIRLOCK_HELD whose op the projection has
 // seen end, and returns how many it erased. The sweeps erase a held op's
-// copy when its op ends, and look once more LateMoveWait later for a move
-// that lands after that; a process stopped in between forgets to look,
-// and a copy it would have erased stays. CheckHeld finds those: Run calls
-// it when the scrubber starts and every HeldCheckEvery. A copy of an op
-// the projection does not have yet, or that has not ended, is left.
+// copy when its op ends; a move of the request that lands after that (held
+// up by an election, or by an erase holding AIRLOCK_HELD), or a copy a
+// process stopped before erasing, stays until CheckHeld finds it: Run
+// calls it when the scrubber starts and every HeldCheckEvery. A copy of an
+// op the projection does not have yet, or that has not ended, is left.
 func (s *Scrubber) CheckHeld(ctx context.Context) (int, error) {
 	n, _, err := s.checkHeld(ctx, -1)
 	return n, err
@@ -328,9 +309,6 @@ func (s *Scrubber) openHeld(ctx context.Context) (jetstream.Stream, error) {
 // take (the ops in flight below it end meanwhile), and then deleted on
 // its own: an op that runs for long holds the floor down.
 func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) {
-	if err := s.eraseLate(ctx); err != nil {
-		s.cfg.Logger.Warn("held requests looked for again", "err", err)
-	}
 	n := 0
 	for {
 		todo, err := s.cfg.Store.PendingScrubs(s.after, scrubPage)
@@ -393,12 +371,10 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 					// The copy a hold kept in AIRLOCK_HELD, erased
 					// securely whatever the backlog: that stream is small.
 					heldSem <- struct{}{}
-					var found bool
-					found, errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
+					// A copy not there yet (its move still on its way)
+					// is CheckHeld's.
+					_, errs[i] = oplog.EraseHeld(ctx, held, sc.OpID)
 					<-heldSem
-					if errs[i] == nil && !found {
-						s.lookAgain(sc.OpID)
-					}
 				}
 			}()
 		}
@@ -438,54 +414,6 @@ func (s *Scrubber) Sweep(ctx context.Context, st jetstream.Stream) (int, error) 
 			return n, nil
 		}
 	}
-}
-
-// lookAgain remembers to erase op's copy in AIRLOCK_HELD again after
-// LateMoveWait.
-func (s *Scrubber) lookAgain(op string) {
-	s.lateMu.Lock()
-	defer s.lateMu.Unlock()
-	if _, ok := s.late[op]; !ok && len(s.late) >= maxLate {
-		s.cfg.Logger.Warn("held request not looked for again: too many already waiting; a copy its move stores late stays in "+streams.Held, "op", op, "waiting", len(s.late))
-		return
-	}
-	s.late[op] = time.Now().Add(s.cfg.LateMoveWait)
-}
-
-// eraseLate erases again the copies of the ops whose LateMoveWait has
-// passed; one that fails is kept for the next sweep.
-func (s *Scrubber) eraseLate(ctx context.Context) error {
-	now := time.Now()
-	s.lateMu.Lock()
-	var due []string
-	for op, at := range s.late {
-		if !now.Before(at) {
-			due = append(due, op)
-		}
-	}
-	s.lateMu.Unlock()
-	if len(due) == 0 {
-		return nil
-	}
-	held, err := s.openHeld(ctx)
-	if err != nil {
-		return err
-	}
-	var failed error
-	for _, op := range due {
-		found, err := oplog.EraseHeld(ctx, held, op)
-		if err != nil {
-			failed = err
-			continue
-		}
-		if found {
-			s.cfg.Logger.Info("held request stored after its op ended: erased", "op", op)
-		}
-		s.lateMu.Lock()
-		delete(s.late, op)
-		s.lateMu.Unlock()
-	}
-	return failed
 }
 
 // errLater marks an entry left for a later purge.

@@ -364,8 +364,8 @@ func TestScrubberDeletesOneByOneWhenTheStreamDeniesPurges(t *testing.T) {
 
 // The gate's move of a held op's request can land after the op ended and
 // its copy was looked for (a move held up by an election, or by an erase
-// holding AIRLOCK_HELD): the scrub looks again after LateMoveWait and
-// erases the copy that came late.
+// holding AIRLOCK_HELD): the scrubber's next CheckHeld, HeldCheckEvery
+// later, erases the copy that came late.
 func TestScrubberErasesAHeldCopyThatCameLate(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{})
 	st, err := store.Open(t.TempDir())
@@ -374,33 +374,34 @@ func TestScrubberErasesAHeldCopyThatCameLate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	seqs := scrubFixture(t, n, st, map[string][]string{"late": {"held", "denied"}})
-	const wait = 200 * time.Millisecond
-	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, LateMoveWait: wait})
+	const every = 300 * time.Millisecond
+	s, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, Interval: 20 * time.Millisecond, HeldCheckEvery: every})
 	require.NoError(t, err)
-	reqs := requestsStream(t, n)
-	erased, err := s.Sweep(ctx, reqs)
-	require.NoError(t, err)
-	require.Equal(t, 1, erased, "the ended op is scrubbed, its copy not yet stored")
-
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
 	var id string
 	for op := range seqs {
 		id = op
 	}
+	reqs := requestsStream(t, n)
+	require.Eventually(t, func() bool { return gone(t, reqs, seqs[id]) },
+		10*time.Second, 10*time.Millisecond, "the ended op is scrubbed, its copy not yet stored")
+
 	held, err := n.JetStream.Stream(ctx, streams.Held)
 	require.NoError(t, err)
+	landed := time.Now()
 	_, err = n.JetStream.Publish(ctx, events.HeldSubject(id), []byte(`{"secret":"SECRET-late"}`))
 	require.NoError(t, err, "the move lands late")
-
-	_, err = s.Sweep(ctx, reqs)
-	require.NoError(t, err)
-	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
-	require.NoError(t, err, "looked for again only after LateMoveWait")
-
-	time.Sleep(wait)
-	_, err = s.Sweep(ctx, reqs)
-	require.NoError(t, err)
-	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
-	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "the late copy is erased")
+	require.Eventually(t, func() bool {
+		_, err := held.GetLastMsgForSubject(ctx, events.HeldSubject(id))
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, 10*time.Second, 10*time.Millisecond, "the late copy is erased")
+	assert.Less(t, time.Since(landed), 2*every+time.Second, "by the next check or the one after")
 }
 
 // A copy whose late move the process would have looked for again, had
@@ -422,7 +423,7 @@ func TestScrubberErasesHeldCopiesOfEndedOpsWhenItStarts(t *testing.T) {
 	// second's start indexes nothing again.)
 	_, err = st.IndexScrubs(ctx)
 	require.NoError(t, err)
-	first, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st, LateMoveWait: time.Hour})
+	first, err := projector.NewScrubber(projector.ScrubberConfig{JetStream: n.JetStream, Store: st})
 	require.NoError(t, err)
 	erased, err := first.Sweep(ctx, requestsStream(t, n))
 	require.NoError(t, err)

@@ -39,7 +39,7 @@ func ResultSubject(ws string) string { return SubjectRoot + ".result." + ws }
 // Headers of a kept result's message: the op and the attempt it is the
 // result of, which a read by sequence checks.
 const (
-	HeaderResultOp      = "Airlock-Op"
+	HeaderResultOp      = "Airlock-Op-Id"
 	HeaderResultAttempt = "Airlock-Attempt"
 )
 

@@ -406,20 +406,15 @@ func (g *Gate) attachResult(ctx context.Context, r *events.Reply, c *events.Comp
 		r.Erased, r.KeptUntil = events.ErasedExpired, nil
 		return nil
 	}
-	if err != nil && !errors.Is(err, results.ErrMismatch) {
+	if err != nil {
 		return err
 	}
-	var plain []byte
-	var ok bool
-	if err == nil {
-		plain, ok, err = g.cfg.Results.Open(c.OpID, sealed)
-	}
+	plain, ok, err := g.cfg.Results.Open(c.OpID, sealed)
 	switch {
 	case err != nil:
-		// Never answer with bytes that do not check out (another op's
-		// message, or changed); the client reads the result itself and
-		// says RESULT_MISMATCH.
-		g.cfg.Logger.Error("kept result does not check out", "op", c.OpID, "err", err)
+		// Never answer with bytes that do not check out; the client
+		// reads the result itself and says RESULT_MISMATCH.
+		g.cfg.Logger.Error("kept result does not open", "op", c.OpID, "err", err)
 	case ok:
 		r.Result = plain
 	default:

@@ -173,7 +173,7 @@ func EraseResult(ctx context.Context, w *oplog.Writer, ops jetstream.Stream, st 
 	if op.State != events.StateCompleted || op.ResultKeptUntil == nil || op.ResultErased != "" {
 		return false, nil
 	}
-	if err := rs.Erase(ctx, op.Workspace, op.ID, op.ResultSeq); err != nil {
+	if err := rs.Erase(ctx, op.Workspace, op.ID, op.Attempt, op.ResultSeq); err != nil {
 		return false, err
 	}
 	ev := &events.ResultErased{
@@ -267,15 +267,11 @@ func (q *resultEndpoint) handle(req micro.Request) {
 		respondError(req, expiredError(op, events.ErasedExpired))
 		return
 	}
-	if err != nil && !errors.Is(err, results.ErrMismatch) {
+	if err != nil {
 		respondError(req, &events.Error{Code: events.CodeUnavailable, Message: err.Error(), Retryable: true})
 		return
 	}
-	var plain []byte
-	var ok bool
-	if err == nil {
-		plain, ok, err = q.rs.Open(op.ID, sealed)
-	}
+	plain, ok, err := q.rs.Open(op.ID, sealed)
 	if err != nil {
 		respondError(req, events.Errorf(events.CodeResultMismatch, "the stored result of %s does not open: it was changed; its digest is %s (%d bytes)", op.ID, op.ResultDigest, op.ResultBytes))
 		return

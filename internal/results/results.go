@@ -229,31 +229,47 @@ var ErrGone = errors.New("results: not stored")
 
 // Get returns the sealed result of op's attempt, kept at seq (the
 // completed event's result_seq), or, for seq 0, on the attempt's own
-// subject, as versions before result_seq kept it. A message at seq that
-// is not that attempt's result is ErrMismatch.
+// subject, as versions before result_seq kept it.
 func (s *Store) Get(ctx context.Context, ws, op, attempt string, seq uint64) ([]byte, error) {
 	st, err := s.stream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var m *jetstream.RawStreamMsg
 	if seq == 0 {
-		m, err = st.GetLastMsgForSubject(ctx, events.AttemptResultSubject(ws, op, attempt))
-	} else {
-		m, err = st.GetMsg(ctx, seq)
+		m, err := st.GetLastMsgForSubject(ctx, events.AttemptResultSubject(ws, op, attempt))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, ErrGone
+		}
+		if err != nil {
+			return nil, fmt.Errorf("results: read: %w", err)
+		}
+		return m.Data, nil
 	}
+	m, err := s.at(ctx, st, ws, op, attempt, seq)
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+// at reads the message at seq, ErrGone unless it is the result of op's
+// attempt: erased or removed by its TTL, or, should the stream have been
+// deleted and made again since the result was kept (its sequences start
+// again at 1), another op's result now; that op's is left alone.
+func (s *Store) at(ctx context.Context, st jetstream.Stream, ws, op, attempt string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := st.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrGone
 	}
 	if err != nil {
 		return nil, fmt.Errorf("results: read: %w", err)
 	}
-	if seq != 0 && (m.Subject != events.ResultSubject(ws) ||
-		m.Header.Get(events.HeaderResultOp) != op || m.Header.Get(events.HeaderResultAttempt) != attempt) {
-		return nil, fmt.Errorf("%w: the message at %d is %s's attempt %s on %s, not %s's attempt %s", ErrMismatch, seq,
-			m.Header.Get(events.HeaderResultOp), m.Header.Get(events.HeaderResultAttempt), m.Subject, op, attempt)
+	if m.Subject != events.ResultSubject(ws) || m.Header.Get(events.HeaderResultOp) != op || m.Header.Get(events.HeaderResultAttempt) != attempt {
+		s.log.Warn("the result's sequence holds another message: "+streams.Results+" was made again since the result was kept; taken as gone",
+			"op", op, "attempt", attempt, "seq", seq, "holds_op", m.Header.Get(events.HeaderResultOp), "subject", m.Subject)
+		return nil, ErrGone
 	}
-	return m.Data, nil
+	return m, nil
 }
 
 // ErrMismatch is Open's error for a result Airlock sealed to itself that
@@ -274,20 +290,24 @@ func (s *Store) Open(op string, sealed []byte) (plain []byte, ok bool, err error
 	return plain, true, nil
 }
 
-// Erase removes op's kept result: the message at seq (the completed
-// event's result_seq), or, for seq 0, every result of op on its attempts'
-// own subjects, as versions before result_seq kept them. Erasing what is
-// gone is not an error. A copy that no completed event names (a result
-// stored again after a lost acknowledgement, or by an attempt that lost
-// its compare-and-swap) is sealed to the agent too, and its TTL removes
-// it.
-func (s *Store) Erase(ctx context.Context, ws, op string, seq uint64) error {
+// Erase removes the kept result of op's attempt: the message at seq (the
+// completed event's result_seq) once it is checked to be that result, or,
+// for seq 0, every result of op on its attempts' own subjects, as versions
+// before result_seq kept them. Erasing what is gone is not an error. A
+// copy that no completed event names (a result stored again after a lost
+// acknowledgement, or by an attempt that lost its compare-and-swap) is
+// sealed to the agent too, and its TTL removes it.
+func (s *Store) Erase(ctx context.Context, ws, op, attempt string, seq uint64) error {
 	st, err := s.stream(ctx)
 	if err != nil {
 		return err
 	}
 	if seq == 0 {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(events.AttemptResultFilter(ws, op)))
+	} else if _, err = s.at(ctx, st, ws, op, attempt, seq); errors.Is(err, ErrGone) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("results: erase %s: %w", op, err)
 	} else if err = st.DeleteMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
 		// Refused: because the message is not there (erased already, or
 		// removed by its TTL), or for a reason that holds. Only a look

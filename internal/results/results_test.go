@@ -56,24 +56,51 @@ func TestResultsShareTheirWorkspacesSubject(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, `{"n":2}`, string(plain))
 
-	// The sequence names one op's attempt: read as another's, it is refused.
-	_, err = rs.Get(ctx, "w", "op_1", "A", seqs[1])
-	require.ErrorIs(t, err, results.ErrMismatch)
+	// The sequence names one op's attempt: read as another's, it is not
+	// there, and erased as another's, nothing goes.
+	for _, other := range [][2]string{{"w", "op_1"}, {"other", "op_2"}} {
+		_, err = rs.Get(ctx, other[0], other[1], "A", seqs[1])
+		require.ErrorIs(t, err, results.ErrGone)
+		require.NoError(t, rs.Erase(ctx, other[0], other[1], "A", seqs[1]))
+	}
 	_, err = rs.Get(ctx, "w", "op_2", "B", seqs[1])
-	require.ErrorIs(t, err, results.ErrMismatch)
-	_, err = rs.Get(ctx, "other", "op_2", "A", seqs[1])
-	require.ErrorIs(t, err, results.ErrMismatch)
+	require.ErrorIs(t, err, results.ErrGone)
+	require.NoError(t, rs.Erase(ctx, "w", "op_2", "B", seqs[1]))
+	_, err = rs.Get(ctx, "w", "op_2", "A", seqs[1])
+	require.NoError(t, err, "still there")
 
 	// Erased, it is gone, and erasing it again is not an error; the
 	// others stay.
-	require.NoError(t, rs.Erase(ctx, "w", "op_2", seqs[1]))
+	require.NoError(t, rs.Erase(ctx, "w", "op_2", "A", seqs[1]))
 	_, err = rs.Get(ctx, "w", "op_2", "A", seqs[1])
 	require.ErrorIs(t, err, results.ErrGone)
-	require.NoError(t, rs.Erase(ctx, "w", "op_2", seqs[1]))
+	require.NoError(t, rs.Erase(ctx, "w", "op_2", "A", seqs[1]))
 	for _, i := range []int{0, 2} {
 		_, err := rs.Get(ctx, "w", []string{"op_1", "op_2", "op_3"}[i], "A", seqs[i])
 		require.NoError(t, err)
 	}
+}
+
+// A stream made again starts its sequences at 1: the result an earlier op
+// kept at a sequence is gone, and another op's result there now is not
+// read or erased in its place.
+func TestResultsOfAStreamMadeAgainAreNotTakenForEachOther(t *testing.T) {
+	rs, n := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	old, err := rs.Keep(ctx, kept("w", "op_old", "A", `{"old":1}`))
+	require.NoError(t, err)
+	require.NoError(t, n.JetStream.DeleteStream(ctx, streams.Results))
+	require.NoError(t, streams.Provision(ctx, n.JetStream, streams.Config{}))
+	fresh, err := rs.Keep(ctx, kept("w", "op_new", "A", `{"new":1}`))
+	require.NoError(t, err)
+	require.Equal(t, old.Seq, fresh.Seq, "the sequence is used again")
+
+	_, err = rs.Get(ctx, "w", "op_old", "A", old.Seq)
+	require.ErrorIs(t, err, results.ErrGone)
+	require.NoError(t, rs.Erase(ctx, "w", "op_old", "A", old.Seq))
+	_, err = rs.Get(ctx, "w", "op_new", "A", fresh.Seq)
+	require.NoError(t, err, "the new op's result stays")
 }
 
 // A result kept on its attempt's own subject, as versions before
@@ -88,7 +115,7 @@ func TestResultsKeptPerAttemptStillReadAndErase(t *testing.T) {
 	require.NoError(t, err)
 	sealed, err := rs.Get(ctx, "w", "op_old", "A", k.Seq)
 	require.NoError(t, err)
-	require.NoError(t, rs.Erase(ctx, "w", "op_old", k.Seq))
+	require.NoError(t, rs.Erase(ctx, "w", "op_old", "A", k.Seq))
 	m := &nats.Msg{Subject: events.AttemptResultSubject("w", "op_old", "A"), Data: sealed,
 		Header: nats.Header{jetstream.MsgTTLHeader: {"1h"}}}
 	_, err = n.JetStream.PublishMsg(ctx, m)
@@ -99,7 +126,7 @@ func TestResultsKeptPerAttemptStillReadAndErase(t *testing.T) {
 	plain, _, err := rs.Open("op_old", got)
 	require.NoError(t, err)
 	assert.Equal(t, `{"old":true}`, string(plain))
-	require.NoError(t, rs.Erase(ctx, "w", "op_old", 0))
+	require.NoError(t, rs.Erase(ctx, "w", "op_old", "A", 0))
 	_, err = rs.Get(ctx, "w", "op_old", "A", 0)
 	require.ErrorIs(t, err, results.ErrGone)
 }

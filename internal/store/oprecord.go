@@ -20,7 +20,8 @@ import (
 //
 // The form, after its version byte (opRecordV1):
 //
-//	uvarint  flags (the booleans, and which optional times follow)
+//	uvarint  flags (the booleans, which optional times follow, and
+//	         whether a result seq ends the record)
 //	strings  id, workspace, state, agent, tool, class, fingerprint, args digest
 //	uvarint  request seq
 //	uvarint  count of operands, then each key and value (keys sorted)

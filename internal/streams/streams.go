@@ -134,11 +134,12 @@ func HeldConfig(c Config) jetstream.StreamConfig {
 	return sc
 }
 
-// ResultsConfig is the configuration of the results stream: one sealed
-// result per completed op's attempt, each with a per-message TTL (its
+// ResultsConfig is the configuration of the results stream: completed
+// ops' sealed results on one subject per workspace, each named by its
+// completed event's result_seq (ADR 0027), with a per-message TTL (its
 // retention and ResultTTLMargin) that removes it should Airlock never
-// erase it, and erased by subject (purge) when its retention ends. Only
-// Airlock's own principal reads it: no client imports it.
+// erase it, and deleted when its retention ends. Only Airlock's own
+// principal reads it: no client imports it.
 func ResultsConfig(c Config) jetstream.StreamConfig {
 	// The requests stream's settings (storage, replicas, window, size,
 	// discard, direct gets), purges allowed, per-message TTLs.

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/results"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,17 +47,23 @@ func TestResultsOverTheBoundEvictOldestFirst(t *testing.T) {
 		return err == nil && op.ResultErased != ""
 	}, 10*time.Second, 20*time.Millisecond, "the third erasure is folded")
 	evicted := 0
+	rstream, err := a.JetStream.Stream(ctx, streams.Results)
+	require.NoError(t, err)
 	for i, id := range ops {
 		op, err := c.Op(ctx, id)
 		require.NoError(t, err)
+		require.NotZero(t, op.ResultSeq)
 		_, ferr := c.Result(ctx, "a1", id)
+		_, gerr := rstream.GetMsg(ctx, op.ResultSeq)
 		if op.ResultErased != "" {
 			evicted++
 			assert.Equal(t, events.ErasedEvicted, op.ResultErased)
 			assert.Equal(t, events.CodeResultExpired, events.CodeOf(ferr), "op %d", i)
+			assert.ErrorIs(t, gerr, jetstream.ErrMsgNotFound, "op %d: its message is deleted", i)
 			continue
 		}
 		assert.NoError(t, ferr, "op %d", i)
+		assert.NoError(t, gerr, "op %d: its message stays", i)
 	}
 	assert.Equal(t, 3, evicted)
 	for _, id := range ops[:3] {
@@ -115,9 +122,9 @@ func TestResultFetchesAreCheckedAndOwned(t *testing.T) {
 	got, err = c.Result(ctx, "a1", out.OpID)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"k":"v"}`, string(got.Result))
-	// Read as another attempt's, the message at that sequence is refused.
+	// Read as another attempt's, the message at that sequence is not it.
 	_, err = a.Results.Get(ctx, "w", out.OpID, op.Attempt+"x", op.ResultSeq)
-	require.ErrorIs(t, err, results.ErrMismatch)
+	require.ErrorIs(t, err, results.ErrGone)
 }
 
 // A result that cannot be stored keeps the op out of completed: nothing

@@ -265,8 +265,12 @@ func skeletonBatch(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, m
 	errs := make([]error, len(ops))
 	for i, o := range ops {
 		wg.Go(func() {
-			r := events.NewMessage("bench.sk.res."+skeletonWS+"."+o.id, events.TypeCompleted, "bench", o.id, nuid.Next(), body)
+			// As results are kept (ADR 0027): the workspace's one
+			// subject, the op and attempt in headers.
+			r := events.NewMessage("bench.sk.res."+skeletonWS, events.TypeCompleted, "bench", o.id, nuid.Next(), body)
 			r.Header[jetstream.MsgTTLHeader] = []string{(25 * time.Hour).String()}
+			r.Header[events.HeaderResultOp] = []string{o.id}
+			r.Header[events.HeaderResultAttempt] = []string{o.id}
 			a, err := js.PublishMsgAsync(r)
 			if err == nil {
 				_, err = awaitAck(ctx, a)

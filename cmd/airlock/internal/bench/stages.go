@@ -23,7 +23,7 @@ type Stages struct {
 	CompletedToAnswerMS float64 `json:"completed_to_answer_ms"`
 }
 
-// maxStageOps bounds the ops Stages reads back: four reads each, after
+// maxStageOps bounds the ops Stages reads back: three reads each, after
 // the phase and untimed.
 const maxStageOps = 400
 

@@ -170,9 +170,9 @@ func newBench() *cobra.Command {
 // printWindows prints a soak's windows as a table, and how the last
 // window compares with the first.
 func printWindows(w io.Writer, ws []bench.Window) {
-	fmt.Fprintf(w, "%10s %9s %10s %9s %9s %9s %9s %9s\n", "ops", "ops/s", "CPU µs/op", "p99 ms", "RSS MB", "peak MB", "Go MB", "live MB")
+	fmt.Fprintf(w, "%10s %9s %10s %9s %9s %9s %9s %9s %12s\n", "ops", "ops/s", "CPU µs/op", "p99 ms", "RSS MB", "peak MB", "Go MB", "live MB", "ops subjects")
 	for _, x := range ws {
-		fmt.Fprintf(w, "%10d %9.0f %10.0f %9.1f %9.0f %9.0f %9.0f %9.0f\n", x.Ops, x.OpsPerS, x.CPUUSPerOp, x.P99MS, x.RSSMB, x.PeakRSSMB, x.GoMB, x.HeapLiveMB)
+		fmt.Fprintf(w, "%10d %9.0f %10.0f %9.1f %9.0f %9.0f %9.0f %9.0f %12d\n", x.Ops, x.OpsPerS, x.CPUUSPerOp, x.P99MS, x.RSSMB, x.PeakRSSMB, x.GoMB, x.HeapLiveMB, x.OpsSubjects)
 	}
 	if len(ws) < 2 {
 		return

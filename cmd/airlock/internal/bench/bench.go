@@ -409,7 +409,10 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	m := cfg.track(phase, cfg.Ops)
 	defer m.end()
-	win := newWindows(cfg.Window, cfg.Ops)
+	win := newWindows(cfg.Window, cfg.Ops, func() uint64 {
+		n, _ := subjects(ctx, a.JetStream, streams.Ops)
+		return n
+	})
 	stopProfile, err := cpuProfile(cfg)
 	if err != nil {
 		return 0, 0, err

@@ -38,7 +38,11 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 		assert.GreaterOrEqual(t, w.PeakRSSMB, w.RSSMB)
 		assert.Greater(t, w.GoMB, w.HeapLiveMB)
 		assert.Greater(t, w.HeapLiveMB, 0.0)
+		// Each op it counts has stored its started and completed events
+		// before its answer, and so have the warm-up's.
+		assert.GreaterOrEqual(t, w.OpsSubjects, uint64(2*(50+w.Ops)), "window %d", i)
 	}
+	assert.LessOrEqual(t, res.Windows[2].OpsSubjects, res.OpsSubjects)
 	assert.Greater(t, res.Memory.RSSMB, 0.0)
 	assert.GreaterOrEqual(t, res.Memory.PeakRSSMB, res.Windows[2].PeakRSSMB)
 	// The warm-up's and the timed ops' started (decision and claim) and

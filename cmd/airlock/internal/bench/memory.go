@@ -25,6 +25,10 @@ type Window struct {
 	CPUUSPerOp float64 `json:"cpu_us_per_op"`
 	// P99MS is the submit-to-outcome latency of the window's ops.
 	P99MS float64 `json:"p99_ms"`
+	// OpsSubjects is how many distinct subjects AIRLOCK_OPS held at the
+	// window's end: the embedded server keeps an index entry for each
+	// (ADR 0026).
+	OpsSubjects uint64 `json:"ops_subjects"`
 	Memory
 }
 
@@ -120,11 +124,12 @@ func kbField(line []byte) float64 {
 // windows cuts a timed phase into windows of size ops, in the order ops
 // complete: done is called once per completed op, from any goroutine.
 type windows struct {
-	size  int
-	start time.Time
-	cpu0  time.Duration
-	count atomic.Int64
-	lat   []time.Duration // by completion order
+	size     int
+	subjects func() uint64 // AIRLOCK_OPS' subjects now
+	start    time.Time
+	cpu0     time.Duration
+	count    atomic.Int64
+	lat      []time.Duration // by completion order
 
 	mu    sync.Mutex
 	marks []mark
@@ -132,19 +137,21 @@ type windows struct {
 
 // mark is the state of the process when a window ended.
 type mark struct {
-	ops int
-	at  time.Time
-	cpu time.Duration
-	mem Memory
+	ops      int
+	at       time.Time
+	cpu      time.Duration
+	mem      Memory
+	subjects uint64
 }
 
-// newWindows starts cutting n ops into windows of size (nil for size 0).
-func newWindows(size, n int) *windows {
+// newWindows starts cutting n ops into windows of size (nil for size 0),
+// reading AIRLOCK_OPS' subjects with subjects at the end of each.
+func newWindows(size, n int, subjects func() uint64) *windows {
 	if size <= 0 {
 		return nil
 	}
 	cpu, _ := processCPU()
-	return &windows{size: size, start: time.Now(), cpu0: cpu, lat: make([]time.Duration, n)}
+	return &windows{size: size, subjects: subjects, start: time.Now(), cpu0: cpu, lat: make([]time.Duration, n)}
 }
 
 // done counts one completed op, taking d as its latency.
@@ -161,7 +168,7 @@ func (w *windows) done(d time.Duration) {
 		return
 	}
 	cpu, _ := processCPU()
-	mk := mark{ops: k, at: time.Now(), cpu: cpu, mem: readMemory()}
+	mk := mark{ops: k, at: time.Now(), cpu: cpu, mem: readMemory(), subjects: w.subjects()}
 	w.mu.Lock()
 	w.marks = append(w.marks, mk)
 	w.mu.Unlock()
@@ -185,11 +192,12 @@ func (w *windows) result() []Window {
 		lat := slices.Clone(w.lat[prev.ops:mk.ops])
 		slices.Sort(lat)
 		out = append(out, Window{
-			Ops:        mk.ops,
-			OpsPerS:    float64(n) / mk.at.Sub(prev.at).Seconds(),
-			CPUUSPerOp: float64((mk.cpu - prev.cpu).Microseconds()) / float64(n),
-			P99MS:      ms(lat[len(lat)*99/100]),
-			Memory:     mk.mem,
+			Ops:         mk.ops,
+			OpsPerS:     float64(n) / mk.at.Sub(prev.at).Seconds(),
+			CPUUSPerOp:  float64((mk.cpu - prev.cpu).Microseconds()) / float64(n),
+			P99MS:       ms(lat[len(lat)*99/100]),
+			OpsSubjects: mk.subjects,
+			Memory:      mk.mem,
 		})
 		prev = mk
 	}

@@ -32,7 +32,7 @@ bench: build ## airlock bench (OPS=20000), every Go micro-benchmark, then the cl
 	$(GO) test -run '^$$' -bench . -benchmem $(PKG)
 	$(MAKE) bench-cluster
 
-bench-soak: build ## the pipeline for SOAK_OPS ops (1,000,000) in windows of 100,000: ops/s, CPU per op, p99 and memory as the work grows (about 10 minutes)
+bench-soak: build ## the pipeline for SOAK_OPS ops (1,000,000) in windows of 100,000: ops/s, CPU per op, p99, memory and AIRLOCK_OPS subjects as the work grows (about 10 minutes)
 	./bin/airlock bench --ops $(SOAK_OPS) --window 100000 --holds -1 --execs -1 --audit-leaves -1 --results -1 --paced -1
 
 bench-cluster: ## one node, a three-node loopback cluster with 1 and 3 Airlock processes, and a leader loss (about 3 minutes)

@@ -152,7 +152,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Execs, "execs", 500, "exec ops of /bin/true in the exec phase, against as many bare fork/execs (-1: none)")
 	f.IntVar(&cfg.Paced, "paced", 0, "ops of each latency phase: paced at --rate, then 16 in flight (default 2000, --ops when fewer; -1: none)")
 	f.IntVar(&cfg.Skeleton, "skeleton", 0, "ops through the pipeline's NATS skeleton (its messages, headers, deliveries and acknowledgements, no Airlock work) on a fresh server (default --ops; -1: none)")
-	f.IntVar(&cfg.Window, "window", 0, "report the pipeline phase in windows of this many ops (ops/s, CPU per op, p99, memory): a soak; 0 for none")
+	f.IntVar(&cfg.Window, "window", 0, "report the pipeline phase in windows of this many ops (ops/s, CPU per op, p99, memory, AIRLOCK_OPS subjects): a soak; 0 for none")
 	f.Float64Var(&cfg.Rate, "rate", 0, "ops/s of the paced phase; 0 for half the pipeline phase's")
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")

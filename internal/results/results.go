@@ -245,19 +245,21 @@ func (s *Store) Get(ctx context.Context, ws, op, attempt string, seq uint64) ([]
 		}
 		return m.Data, nil
 	}
-	m, err := s.at(ctx, st, ws, op, attempt, seq)
+	m, err := s.at(ctx, ws, op, attempt, seq, st.GetMsg)
 	if err != nil {
 		return nil, err
 	}
 	return m.Data, nil
 }
 
-// at reads the message at seq, ErrGone unless it is the result of op's
-// attempt: erased or removed by its TTL, or, should the stream have been
-// deleted and made again since the result was kept (its sequences start
-// again at 1), another op's result now; that op's is left alone.
-func (s *Store) at(ctx context.Context, st jetstream.Stream, ws, op, attempt string, seq uint64) (*jetstream.RawStreamMsg, error) {
-	m, err := st.GetMsg(ctx, seq)
+// at reads the message at seq with get, ErrGone unless it is the result
+// of op's attempt: erased or removed by its TTL, or, should the stream
+// have been deleted and made again since the result was kept (its
+// sequences start again at 1), another op's result now; that op's is left
+// alone.
+func (s *Store) at(ctx context.Context, ws, op, attempt string, seq uint64,
+	get func(context.Context, uint64, ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
+	m, err := get(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrGone
 	}
@@ -270,6 +272,13 @@ func (s *Store) at(ctx context.Context, st jetstream.Stream, ws, op, attempt str
 		return nil, ErrGone
 	}
 	return m, nil
+}
+
+// leaderMsg reads the message at seq from the stream's leader: a direct
+// get, which a replica behind it may answer, could take a result just
+// stored for gone, and the erasure would then leave it.
+func (s *Store) leaderMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+	return oplog.LeaderMsg(ctx, s.js, streams.Results, seq)
 }
 
 // ErrMismatch is Open's error for a result Airlock sealed to itself that
@@ -304,7 +313,7 @@ func (s *Store) Erase(ctx context.Context, ws, op, attempt string, seq uint64) e
 	}
 	if seq == 0 {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(events.AttemptResultFilter(ws, op)))
-	} else if _, err = s.at(ctx, st, ws, op, attempt, seq); errors.Is(err, ErrGone) {
+	} else if _, err = s.at(ctx, ws, op, attempt, seq, s.leaderMsg); errors.Is(err, ErrGone) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("results: erase %s: %w", op, err)
@@ -312,7 +321,7 @@ func (s *Store) Erase(ctx context.Context, ws, op, attempt string, seq uint64) e
 		// Refused: because the message is not there (erased already, or
 		// removed by its TTL), or for a reason that holds. Only a look
 		// tells.
-		if _, gerr := st.GetMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+		if _, gerr := s.leaderMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
 			err = nil
 		}
 	}

@@ -113,7 +113,7 @@ func newBench() *cobra.Command {
 			}
 			if res.Holds > 0 {
 				fmt.Fprintf(w, "grant-to-completed latency:  p50 %.2f ms, p99 %.2f ms  (%d held ops, granted 16 at a time)\n", res.HoldP50MS, res.HoldP99MS, res.Holds)
-				fmt.Fprintf(w, "held answer latency:         p50 %.2f ms, p99 %.2f ms  (submit to APPROVAL_REQUIRED, in the same phase; %.2f s in all)\n", res.HeldAnswerP50MS, res.HeldAnswerP99MS, res.HoldPhaseS)
+				fmt.Fprintf(w, "held answer latency:         p50 %.2f ms, p99 %.2f ms  (submit to APPROVAL_REQUIRED, in the same phase; %.2f s in all, CPU per hold %.0f µs)\n", res.HeldAnswerP50MS, res.HeldAnswerP99MS, res.HoldPhaseS, res.CPUUSPerHold)
 				if res.HeldEraseLagS > 0 {
 					fmt.Fprintf(w, "held requests erased:        %.2f s after the last grant  (one secure delete of AIRLOCK_HELD's block each; the exec phase waits for it)\n", res.HeldEraseLagS)
 				}

@@ -198,6 +198,10 @@ type Result struct {
 	HeldAnswerP50MS float64 `json:"held_answer_p50_ms"`
 	HeldAnswerP99MS float64 `json:"held_answer_p99_ms"`
 	HoldPhaseS      float64 `json:"hold_phase_s"`
+	// CPUUSPerHold is the process's CPU in the hold phase per hold: the
+	// held submit, the grant, the submit again and what Airlock does for
+	// them (16 at a time, grant latency is mostly waiting behind it).
+	CPUUSPerHold float64 `json:"cpu_us_per_hold"`
 	// HeldEraseLagS is how long after the hold phase AIRLOCK_HELD still
 	// held requests of granted ops, erased one secure delete at a time
 	// (measured before the exec phase, which starts after).

@@ -93,6 +93,7 @@ func TestRunReportsConsistentFigures(t *testing.T) {
 	assert.Greater(t, res.HeldAnswerP50MS, 0.0)
 	assert.LessOrEqual(t, res.HeldAnswerP50MS, res.HeldAnswerP99MS)
 	assert.Greater(t, res.HoldPhaseS, 0.0)
+	assert.Greater(t, res.CPUUSPerHold, 0.0)
 	assert.Equal(t, 3000, res.AuditLeaves)
 	assert.Greater(t, res.AuditAppendNS, 0.0)
 	assert.Greater(t, res.AuditVerifyPerS, 0.0)

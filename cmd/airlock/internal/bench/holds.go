@@ -31,6 +31,7 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 	lat := make([]time.Duration, cfg.Holds)
 	answer := make([]time.Duration, cfg.Holds)
 	t0 := time.Now()
+	cpu0, _ := processCPU()
 	if _, err := parallel(ctx, cfg.track(PhaseHolds, cfg.Holds), execConcurrency, cfg.Holds, func(i int) error {
 		var err error
 		answer[i], lat[i], err = holdOnce(ctx, c, ap, i)
@@ -39,6 +40,8 @@ func holds(ctx context.Context, cfg Config, a *app.App, c *producers.Client, res
 		return err
 	}
 	res.HoldPhaseS = time.Since(t0).Seconds()
+	cpu, _ := processCPU()
+	res.CPUUSPerHold = float64((cpu - cpu0).Microseconds()) / float64(cfg.Holds)
 	slices.Sort(lat)
 	slices.Sort(answer)
 	res.Holds = cfg.Holds

@@ -134,7 +134,7 @@ func TestConfirmHoldThenGrantRunsOnce(t *testing.T) {
 	assert.Equal(t, "approver", got.Approver)
 	assert.Equal(t, "grant", got.Resolution)
 	assert.Equal(t, events.Digest([]byte(`{"file":"a.txt"}`)), got.ResultDigest)
-	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
+	assert.Equal(t, grantedRun,
 		testenv.OpEvents(t, a.JetStream, "review", held.OpID))
 
 	// The same grant again (a lost answer) is told it stands; a deny now is
@@ -214,9 +214,7 @@ func TestHoldIsIdempotentAcrossRetriesWindowAndRestart(t *testing.T) {
 	require.NoError(t, err)
 	got := waitTerminal(t, a, opID)
 	assert.Equal(t, events.StateCompleted, got.State)
-	assert.Equal(t, 1, executions(t, counter, opID))
-	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted},
-		testenv.OpEvents(t, a.JetStream, "review", opID))
+	ranOnceAfterGrant(t, counter, a.JetStream, opID)
 }
 
 func TestDenyIsTerminalAndLaterGrantRefused(t *testing.T) {
@@ -310,7 +308,7 @@ func TestConcurrentResolutions(t *testing.T) {
 		assert.Equal(t, events.StateCompleted, got.State)
 		assert.Equal(t, 1, executions(t, counter, held.OpID))
 		types := testenv.OpEvents(t, a.JetStream, "review", held.OpID)
-		assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted}, types)
+		assert.Equal(t, grantedRun, types)
 	})
 }
 
@@ -555,4 +553,16 @@ func TestBadResolutionsChangeNothing(t *testing.T) {
 	_, err = approverAs(t, a, "approver").Grant(ctxT(t), held.HoldID, held.ArgsDigest, "now properly")
 	require.NoError(t, err)
 	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
+}
+
+// grantedRun is the events of a held op in workspace review that was
+// granted and ran.
+var grantedRun = []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted}
+
+// ranOnceAfterGrant asserts that op ran once, through its hold, its
+// grant and nothing else.
+func ranOnceAfterGrant(t *testing.T, counter *testexec.Counter, js jetstream.JetStream, op string) {
+	t.Helper()
+	assert.Equal(t, 1, executions(t, counter, op))
+	assert.Equal(t, grantedRun, testenv.OpEvents(t, js, "review", op))
 }

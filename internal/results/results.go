@@ -245,21 +245,26 @@ func (s *Store) Get(ctx context.Context, ws, op, attempt string, seq uint64) ([]
 		}
 		return m.Data, nil
 	}
-	m, err := s.at(ctx, ws, op, attempt, seq, st.GetMsg)
+	m, err := s.at(ctx, st, ws, op, attempt, seq, false)
 	if err != nil {
 		return nil, err
 	}
 	return m.Data, nil
 }
 
-// at reads the message at seq with get, ErrGone unless it is the result
-// of op's attempt: erased or removed by its TTL, or, should the stream
-// have been deleted and made again since the result was kept (its
-// sequences start again at 1), another op's result now; that op's is left
-// alone.
-func (s *Store) at(ctx context.Context, ws, op, attempt string, seq uint64,
-	get func(context.Context, uint64, ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error)) (*jetstream.RawStreamMsg, error) {
-	m, err := get(ctx, seq)
+// at reads the message at seq (from the stream's leader, or by a direct
+// get), ErrGone unless it is the result of op's attempt: erased or
+// removed by its TTL, or, should the stream have been deleted and made
+// again since the result was kept (its sequences start again at 1),
+// another op's result now; that op's is left alone.
+func (s *Store) at(ctx context.Context, st jetstream.Stream, ws, op, attempt string, seq uint64, leader bool) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	var err error
+	if leader {
+		m, err = s.leaderMsg(ctx, seq)
+	} else {
+		m, err = st.GetMsg(ctx, seq)
+	}
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, ErrGone
 	}
@@ -277,7 +282,7 @@ func (s *Store) at(ctx context.Context, ws, op, attempt string, seq uint64,
 // leaderMsg reads the message at seq from the stream's leader: a direct
 // get, which a replica behind it may answer, could take a result just
 // stored for gone, and the erasure would then leave it.
-func (s *Store) leaderMsg(ctx context.Context, seq uint64, _ ...jetstream.GetMsgOpt) (*jetstream.RawStreamMsg, error) {
+func (s *Store) leaderMsg(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
 	return oplog.LeaderMsg(ctx, s.js, streams.Results, seq)
 }
 
@@ -313,22 +318,35 @@ func (s *Store) Erase(ctx context.Context, ws, op, attempt string, seq uint64) e
 	}
 	if seq == 0 {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(events.AttemptResultFilter(ws, op)))
-	} else if _, err = s.at(ctx, ws, op, attempt, seq, s.leaderMsg); errors.Is(err, ErrGone) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("results: erase %s: %w", op, err)
-	} else if err = st.DeleteMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-		// Refused: because the message is not there (erased already, or
-		// removed by its TTL), or for a reason that holds. Only a look
-		// tells.
-		if _, gerr := s.leaderMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
-			err = nil
-		}
+	} else {
+		err = s.deleteAt(ctx, st, ws, op, attempt, seq)
 	}
 	if err != nil {
 		return fmt.Errorf("results: erase %s: %w", op, err)
 	}
 	return nil
+}
+
+// deleteAt deletes the message at seq if it is the result of op's
+// attempt; what is gone, or another op's, is left.
+func (s *Store) deleteAt(ctx context.Context, st jetstream.Stream, ws, op, attempt string, seq uint64) error {
+	_, err := s.at(ctx, st, ws, op, attempt, seq, true)
+	if errors.Is(err, ErrGone) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = st.DeleteMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		// Refused: because the message is not there (erased meanwhile, or
+		// removed by its TTL), or for a reason that holds. Only a look
+		// tells.
+		if _, gerr := s.leaderMsg(ctx, seq); errors.Is(gerr, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+	}
+	return err
 }
 
 // ownKey reads path, first creating it with 32 random bytes (mode 0600)

@@ -57,6 +57,10 @@ func HeldSubject(op string) string { return SubjectRoot + ".held." + op }
 // HeldSubjects are the subjects of AIRLOCK_HELD.
 const HeldSubjects = SubjectRoot + ".held.>"
 
+// ArchiveSubject is the one subject of AIRLOCK_ARCHIVE: its segments, each
+// a copy of a contiguous range of AIRLOCK_OPS (internal/archive, ADR 0026).
+const ArchiveSubject = SubjectRoot + ".archive"
+
 // LiveSubject is the subject AIRLOCK_OPS republishes a message stored on
 // subject to (see LivePrefix).
 func LiveSubject(subject string) string {

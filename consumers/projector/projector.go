@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -59,6 +60,17 @@ type Config struct {
 	// Observer, if set, is told every transition once it is committed
 	// (metrics).
 	Observer Observer
+	// Archive, if set, is where the projector reads the messages the
+	// stream no longer holds (ADR 0026): a gap in the stream's sequences
+	// is read from its segments, in its place in the order.
+	Archive *archive.Archive
+	// WriteArchive stores what the projector reads in Archive, segment
+	// after segment (of SegmentBytes, or after SegmentEvery; defaults
+	// DefaultSegmentBytes and DefaultSegmentEvery). Several processes may:
+	// each segment is stored once.
+	WriteArchive bool
+	SegmentBytes int
+	SegmentEvery time.Duration
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -89,6 +101,12 @@ func (c *Config) EnsureDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.SegmentBytes <= 0 {
+		c.SegmentBytes = DefaultSegmentBytes
+	}
+	if c.SegmentEvery <= 0 {
+		c.SegmentEvery = DefaultSegmentEvery
+	}
 }
 
 // Validate checks the config, as EnsureDefaults left it; it changes
@@ -96,6 +114,9 @@ func (c *Config) EnsureDefaults() {
 func (c *Config) Validate() error {
 	if c.JetStream == nil || c.Store == nil {
 		return errors.New("projector: JetStream and Store are required")
+	}
+	if c.WriteArchive && c.Archive == nil {
+		return errors.New("projector: WriteArchive needs an Archive")
 	}
 	if c.CheckpointInterval < MinCheckpointInterval {
 		return fmt.Errorf("projector: checkpoint interval %s is below %s", c.CheckpointInterval, MinCheckpointInterval)
@@ -127,6 +148,13 @@ type Projector struct {
 	// pending holds the transitions of the batch being built, for the
 	// Observer.
 	pending []Transition
+
+	// next is the sequence after the last message applied, committed or
+	// not; seg is the archive's state, nil without Config.Archive; filled
+	// counts the gaps read from the archive.
+	next   uint64
+	seg    *segments
+	filled atomic.Uint64
 }
 
 // New returns a projector positioned at the store's applied sequence.
@@ -141,6 +169,9 @@ func New(cfg Config) (*Projector, error) {
 	}
 	p := &Projector{cfg: cfg, changed: make(chan struct{})}
 	p.applied.Store(seq)
+	if cfg.Archive != nil {
+		p.seg = &segments{a: cfg.Archive, write: cfg.WriteArchive, maxBytes: cfg.SegmentBytes, every: cfg.SegmentEvery}
+	}
 	p.latestAt.Store(time.Now().UnixNano()) // no checkpoint yet: since start
 	if err := p.loadLatest(); err != nil {
 		return nil, err
@@ -182,6 +213,9 @@ func (p *Projector) LatestAt() time.Time { return time.Unix(0, p.latestAt.Load()
 
 // Applied is the stream sequence of the last committed message.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
+
+// Filled counts the gaps in the stream that were read from the archive.
+func (p *Projector) Filled() uint64 { return p.filled.Load() }
 
 // Anomalies counts op events that broke the state machine and were skipped.
 func (p *Projector) Anomalies() uint64 { return p.anomalies.Load() }
@@ -236,10 +270,25 @@ func (p *Projector) run(ctx context.Context) error {
 	// Requests live in their own stream: they are folded through the op's
 	// first event, which carries their digest, so the projector never
 	// reads argument plaintext.
+	p.next = p.applied.Load() + 1
+	start := p.next
+	if s := p.seg; s != nil {
+		s.msgs, s.bytes = s.msgs[:0], 0
+		if err := streams.Await(ctx, p.cfg.Logger, "the archive's end", s.tail); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("projector: %w", err)
+		}
+		if s.write && s.end < start {
+			// Read again what is not in a segment yet, to store it.
+			start = s.end
+		}
+	}
 	cc := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
-	if seq := p.applied.Load(); seq > 0 {
+	if start > 1 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cc.OptStartSeq = seq + 1
+		cc.OptStartSeq = start
 	}
 	var cons jetstream.Consumer
 	err := streams.Await(ctx, p.cfg.Logger, "the projector's consumer", func(ctx context.Context) error {
@@ -294,18 +343,28 @@ func (p *Projector) run(ctx context.Context) error {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	var lastCommit time.Time // busy: committed less than Linger ago
+	// carry is a message read after a gap, to apply once the gap is read
+	// from the archive.
+	var carry jetstream.Msg
 	for {
 		var m jetstream.Msg
 		var ok bool
-		select {
-		case m, ok = <-msgs:
-		case <-tick.C:
-			if err := p.idleCheckpoint(ctx); err != nil {
-				return err
+		if carry != nil {
+			m, ok, carry = carry, true, nil
+		} else {
+			select {
+			case m, ok = <-msgs:
+			case <-tick.C:
+				if p.seg != nil && p.seg.due() {
+					p.flush(ctx)
+				}
+				if err := p.idleCheckpoint(ctx); err != nil {
+					return err
+				}
+				continue
+			case <-ctx.Done():
+				return p.stop(ctx)
 			}
-			continue
-		case <-ctx.Done():
-			return p.finalCheckpoint(ctx)
 		}
 		if !ok {
 			select {
@@ -316,27 +375,46 @@ func (p *Projector) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				// The reader stopped because the projector is stopping:
 				// a clean stop signs the tail all the same.
-				return p.finalCheckpoint(ctx)
+				return p.stop(ctx)
 			}
 			return nil
 		}
+		if p.gap(m) {
+			if err := p.fill(ctx, m); err != nil {
+				return err
+			}
+		}
 		b := p.cfg.Store.NewBatch()
-		n := 0
+		n, leaves := 0, int64(0)
 		// A busy stream's batch lingers once, for at most Linger.
 		busy := p.cfg.Linger > 0 && time.Since(lastCommit) < p.cfg.Linger
 		lingering := false
 		for {
-			if err := p.apply(b, m); err != nil {
+			am, err := asMsg(m)
+			before := p.next
+			if err == nil {
+				err = p.apply(b, am)
+			}
+			if p.next != before {
+				leaves++
+			}
+			if err != nil {
 				b.Abort()
 				p.pending = p.pending[:0]
 				return err
+			}
+			if p.seg != nil {
+				p.seg.add(am)
 			}
 			n++
 			if n >= p.cfg.MaxBatch {
 				break
 			}
 			if len(msgs) > 0 {
-				m = <-msgs
+				if m = <-msgs; p.gap(m) {
+					carry = m
+					break
+				}
 				continue
 			}
 			if !busy {
@@ -349,6 +427,9 @@ func (p *Projector) run(ctx context.Context) error {
 			var more bool
 			select {
 			case m, more = <-msgs:
+				if more && p.gap(m) {
+					carry, more = m, false
+				}
 			case <-linger.C:
 				lingering, busy = false, false
 			case <-ctx.Done():
@@ -360,11 +441,25 @@ func (p *Projector) run(ctx context.Context) error {
 		if lingering {
 			linger.Stop() // no stale tick is delivered after Stop (Go 1.23)
 		}
-		if err := p.commit(ctx, b, int64(n), false); err != nil {
+		if err := p.commit(ctx, b, leaves, false); err != nil {
 			return err
 		}
 		lastCommit = time.Now()
+		if p.seg != nil && p.seg.due() {
+			p.flush(ctx)
+		}
 	}
+}
+
+// stop ends a clean stop: what is kept for the archive is stored, and
+// the tail of the log signed.
+func (p *Projector) stop(ctx context.Context) error {
+	if p.seg != nil && len(p.seg.msgs) > 0 {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		p.flush(fctx)
+		cancel()
+	}
+	return p.finalCheckpoint(ctx)
 }
 
 // commit writes a batch that added leaves leaves, with a checkpoint when
@@ -505,68 +600,66 @@ func (p *Projector) committed(b *store.Batch) {
 // that does not decode or breaks the state machine is logged, counted and
 // passed over, since the stream is the record and the gate already refused
 // bad requests.
-func (p *Projector) apply(b *store.Batch, m jetstream.Msg) error {
-	md, err := m.Metadata()
-	if err != nil {
-		return fmt.Errorf("projector: metadata: %w", err)
-	}
-	seq := md.Sequence.Stream
-	if seq <= p.applied.Load() {
+func (p *Projector) apply(b *store.Batch, m archive.Msg) error {
+	seq := m.Seq
+	if seq < p.next || seq <= p.applied.Load() {
 		return nil // already applied
 	}
+	p.next = seq + 1
 	b.SetApplied(seq)
-	typ, _, data, err := events.DecodeStored(m.Headers(), m.Data())
+	hdr := m.Header
+	typ, _, data, err := events.DecodeStored(hdr, m.Data)
 	// Every message becomes a leaf, one that breaks the rules too: the
 	// log records what the stream holds.
-	hdr := m.Headers()
 	if err != nil {
 		typ = events.Type(hdr.Get(events.HeaderPrefix + "type"))
 	}
+	at := m.Time
 	if !p.cfg.NoAuditLog {
-		leaf := audit.NewLeaf(md.Stream, m.Subject(), seq, md.Timestamp, typ,
-			hdr.Get(events.HeaderPrefix+"id"), hdr.Get(events.HeaderPrefix+"source"), hdr.Get(events.HeaderPrefix+"time"), m.Data(), data)
+		leaf := audit.NewLeaf(p.cfg.Stream, m.Subject, seq, at, typ,
+			hdr.Get(events.HeaderPrefix+"id"), hdr.Get(events.HeaderPrefix+"source"), hdr.Get(events.HeaderPrefix+"time"), m.Data, data)
 		if err := b.AppendLeaf(leaf.Encode(), leaf.Op); err != nil {
 			return fmt.Errorf("projector: seq %d: %w", seq, err)
 		}
 	}
 	if typ == events.TypeRejected {
 		if r, ok := data.(*events.Rejected); ok && err == nil {
-			p.observe(Transition{Type: typ, Data: r, At: md.Timestamp.UTC()})
+			p.observe(Transition{Type: typ, Data: r, At: at.UTC()})
 		}
 		return nil // recorded in the stream; no op to fold
 	}
 	if err != nil {
 		p.anomalies.Add(1)
-		p.cfg.Logger.Warn("op event does not decode; skipped", "subject", m.Subject(), "seq", seq, "err", err)
+		p.cfg.Logger.Warn("op event does not decode; skipped", "subject", m.Subject, "seq", seq, "err", err)
 		return nil
 	}
 	h, isOp := events.IsOpEvent(data)
 	if !isOp {
-		p.observe(Transition{Type: typ, Data: data, At: md.Timestamp.UTC()})
+		p.observe(Transition{Type: typ, Data: data, At: at.UTC()})
 		return nil
 	}
-	ws, op, tool, verb, ok := events.OpSubjectParts(m.Subject())
+	ws, op, tool, verb, ok := events.OpSubjectParts(m.Subject)
 	if !ok || ws != h.Workspace || op != h.OpID || verb != typ.Short() {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event on another op's subject; skipped",
-			"op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
+			"op", h.OpID, "ws", h.Workspace, "subject", m.Subject, "seq", seq)
 		return nil
 	}
 	// The server checked an expected last sequence of 0 over every event of
 	// this op: this is its first event, so the op cannot exist yet.
-	first := m.Headers().Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
-		m.Headers().Get(jetstream.ExpectedLastSubjSeqSubjHeader) == events.OpFilter(ws, op)
+	first := hdr.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
+		hdr.Get(jetstream.ExpectedLastSubjSeqSubjHeader) == events.OpFilter(ws, op)
 	rec, err := b.Op(h.OpID, first)
 	if err != nil {
 		return fmt.Errorf("projector: seq %d: %w", seq, err)
 	}
 	if rec.State != events.StateNew && rec.Tool != "" && tool != rec.Tool {
 		p.anomalies.Add(1)
-		p.cfg.Logger.Warn("op event names another tool; skipped", "op", h.OpID, "ws", h.Workspace, "subject", m.Subject(), "seq", seq)
+		p.cfg.Logger.Warn("op event names another tool; skipped", "op", h.OpID, "ws", h.Workspace, "subject", m.Subject, "seq", seq)
 		return nil
 	}
 	from, since := rec.State, rec.UpdatedAt
-	if err := rec.Apply(data, seq, md.Timestamp.UTC()); err != nil {
+	if err := rec.Apply(data, seq, at.UTC()); err != nil {
 		p.anomalies.Add(1)
 		p.cfg.Logger.Warn("op event breaks the state machine; skipped",
 			"op", h.OpID, "ws", h.Workspace, "event_type", typ, "seq", seq, "err", err)

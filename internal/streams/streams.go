@@ -26,6 +26,11 @@ const (
 	// Results is the stream of completed ops' results, each sealed to the
 	// agent that asked (ADR 0018), kept for the op's retention.
 	Results = "AIRLOCK_RESULTS"
+	// Archive holds segments of Ops: copies of its messages, range after
+	// contiguous range, in order (internal/archive, ADR 0026). Ops'
+	// ended ops may leave Ops below the archive's end; the archive keeps
+	// them for good.
+	Archive = "AIRLOCK_ARCHIVE"
 	// GateConsumer is the gate's durable consumer of requests.
 	GateConsumer = "airlock-gate"
 	// ResumeConsumer is the gate's durable consumer of granted events.
@@ -47,7 +52,7 @@ const (
 // checks these streams' records beyond their checksums.
 func WrittenByAirlock(stream string) bool {
 	switch stream {
-	case Ops, Held, Results, "KV_" + AuditBucket, "KV_" + ApproversBucket:
+	case Ops, Held, Results, Archive, "KV_" + AuditBucket, "KV_" + ApproversBucket:
 		return true
 	}
 	return false
@@ -86,6 +91,11 @@ type Config struct {
 	// internal/livefeed turns it on only while someone subscribes (SetLive);
 	// this is the state Provision starts with.
 	Live bool
+	// PurgeOps makes a new AIRLOCK_OPS allow purges, so that ops copied
+	// into AIRLOCK_ARCHIVE may leave it (ADR 0026). JetStream never lets a
+	// stream that denies purges allow them: an existing stream keeps what
+	// it was made with.
+	PurgeOps bool
 }
 
 func (c Config) withDefaults() Config {
@@ -169,10 +179,35 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 		MaxMsgSize:  MaxMsgBytes,
 		Discard:     jetstream.DiscardNew,
 		AllowDirect: true,
-		DenyPurge:   true,
+		DenyPurge:   !c.PurgeOps,
 		DenyDelete:  true,
 		RePublish:   rePublish(c.Live),
 	}
+}
+
+// ArchiveConfig is the configuration of the archive stream: segments of
+// the ops stream on one subject, compressed on disk, never deleted nor
+// purged (a segment is the only copy of what Ops no longer holds).
+func ArchiveConfig(c Config) jetstream.StreamConfig {
+	c = c.withDefaults()
+	sc := jetstream.StreamConfig{
+		Name:        Archive,
+		Description: "Airlock archive: AIRLOCK_OPS in segments, in order",
+		Subjects:    []string{events.ArchiveSubject},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     storage(c),
+		Replicas:    c.Replicas,
+		Duplicates:  c.Duplicates,
+		MaxMsgSize:  MaxMsgBytes,
+		Discard:     jetstream.DiscardNew,
+		AllowDirect: true,
+		DenyPurge:   true,
+		DenyDelete:  true,
+	}
+	if !c.Memory {
+		sc.Compression = jetstream.S2Compression
+	}
+	return sc
 }
 
 // rePublish is the ops stream's RePublish when the live feed is on: every
@@ -226,7 +261,7 @@ func storage(c Config) jetstream.StorageType {
 // Airlock's whole config, but the live feed alone changes nothing else
 // (SetLive): an existing stream keeps its RePublish through the update.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c), ResultsConfig(c)} {
+	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c), ResultsConfig(c), ArchiveConfig(c)} {
 		if st, err := js.Stream(ctx, sc.Name); err == nil {
 			have := st.CachedInfo().Config
 			sc.RePublish = have.RePublish
@@ -234,6 +269,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 			// a requests stream made by an earlier version keeps denying
 			// them, and its scrubber deletes each request on its own.
 			sc.DenyPurge = sc.DenyPurge || have.DenyPurge
+			if sc.Name == Ops {
+				// Whether AIRLOCK_OPS allows purges is settled when it is
+				// made (Config.PurgeOps): a restart never takes it away.
+				sc.DenyPurge = have.DenyPurge
+			}
 			if same(have, sc) {
 				continue // nothing to change: no update, no advisory
 			}
@@ -347,7 +387,7 @@ func same(have, want jetstream.StreamConfig) bool {
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates &&
 		have.MaxMsgSize == want.MaxMsgSize && have.Discard == want.Discard &&
 		have.AllowDirect == want.AllowDirect && have.DenyPurge == want.DenyPurge &&
-		have.DenyDelete == want.DenyDelete && have.AllowMsgTTL == want.AllowMsgTTL && sameRePublish(have.RePublish, want.RePublish)
+		have.DenyDelete == want.DenyDelete && have.AllowMsgTTL == want.AllowMsgTTL && have.Compression == want.Compression && sameRePublish(have.RePublish, want.RePublish)
 }
 
 func sameRePublish(a, b *jetstream.RePublish) bool {

@@ -1,0 +1,207 @@
+package archive
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Msg is one message of AIRLOCK_OPS as the stream stored it.
+type Msg struct {
+	Seq     uint64
+	Time    time.Time
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
+// Size is about what m takes in a segment.
+func (m *Msg) Size() int {
+	n := 24 + len(m.Subject) + len(m.Data)
+	for k, vs := range m.Header {
+		n += len(k) + 2
+		for _, v := range vs {
+			n += len(v) + 2
+		}
+	}
+	return n
+}
+
+// Segment is every message AIRLOCK_OPS stored in [From, To), in order.
+type Segment struct {
+	From, To uint64
+	Msgs     []Msg
+}
+
+// Headers of a stored segment: its range, so that the nats CLI and a
+// search for the segment holding a sequence need not decode its body.
+const (
+	HeaderFrom = "Airlock-Archive-From"
+	HeaderTo   = "Airlock-Archive-To"
+)
+
+// version is the first byte of an encoded segment.
+const version = 1
+
+// ErrCorrupt is wrapped by every error of Decode.
+var ErrCorrupt = errors.New("archive: segment does not decode")
+
+// Encode appends the segment's encoding to b: a version byte, From, To
+// and the count of messages, then each message: its sequence less the one
+// before it (From less one for the first), its time in Unix nanoseconds,
+// its subject, its headers (keys sorted, each with its values) and its
+// data, strings and byte slices each after its length. Integers are
+// varints.
+func (s *Segment) Encode(b []byte) []byte {
+	b = append(b, version)
+	b = binary.AppendUvarint(b, s.From)
+	b = binary.AppendUvarint(b, s.To)
+	b = binary.AppendUvarint(b, uint64(len(s.Msgs)))
+	prev := s.From - 1
+	keys := make([]string, 0, 8)
+	for i := range s.Msgs {
+		m := &s.Msgs[i]
+		b = binary.AppendUvarint(b, m.Seq-prev)
+		prev = m.Seq
+		b = binary.AppendVarint(b, m.Time.UnixNano())
+		b = appendString(b, m.Subject)
+		keys = keys[:0]
+		for k := range m.Header {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendString(b, k)
+			vs := m.Header[k]
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = appendString(b, v)
+			}
+		}
+		b = binary.AppendUvarint(b, uint64(len(m.Data)))
+		b = append(b, m.Data...)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// Decode reads a segment Encode wrote. The messages' data are copies, not
+// slices of b.
+func Decode(b []byte) (*Segment, error) {
+	r := reader{b: b}
+	if v := r.byte(); r.err == nil && v != version {
+		return nil, fmt.Errorf("%w: version %d, this build reads %d: upgrade Airlock", ErrCorrupt, v, version)
+	}
+	s := &Segment{From: r.uvarint(), To: r.uvarint()}
+	n := r.uvarint()
+	if r.err == nil && (s.From == 0 || s.To < s.From || n > s.To-s.From || n > uint64(len(b))) {
+		return nil, fmt.Errorf("%w: range [%d, %d) with %d messages", ErrCorrupt, s.From, s.To, n)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	s.Msgs = make([]Msg, n)
+	prev := s.From - 1
+	for i := range s.Msgs {
+		m := &s.Msgs[i]
+		d := r.uvarint()
+		m.Seq = prev + d
+		if r.err == nil && (d == 0 || m.Seq >= s.To) {
+			return nil, fmt.Errorf("%w: message %d at sequence %d, outside [%d, %d) or out of order", ErrCorrupt, i, m.Seq, s.From, s.To)
+		}
+		prev = m.Seq
+		m.Time = time.Unix(0, r.varint())
+		m.Subject = string(r.bytes())
+		if keys := r.uvarint(); keys > 0 && r.err == nil {
+			if keys > uint64(len(r.b)) {
+				return nil, fmt.Errorf("%w: %d header keys", ErrCorrupt, keys)
+			}
+			m.Header = make(nats.Header, keys)
+			for range keys {
+				k := string(r.bytes())
+				nv := r.uvarint()
+				if nv > uint64(len(r.b)) {
+					return nil, fmt.Errorf("%w: %d values of header %q", ErrCorrupt, nv, k)
+				}
+				vs := make([]string, nv)
+				for j := range vs {
+					vs[j] = string(r.bytes())
+				}
+				m.Header[k] = vs
+			}
+		}
+		m.Data = slices.Clone(r.bytes())
+		if r.err != nil {
+			return nil, r.err
+		}
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last message", ErrCorrupt, len(r.b))
+	}
+	return s, nil
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s cut short", ErrCorrupt, what)
+	}
+	r.b = nil
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.fail("version")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("integer")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("integer")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail("string")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}

@@ -28,6 +28,12 @@ const (
 	// HeaderReplyTo names the subject (airlock.v1.reply.<agent>.<...>) the
 	// gate and the executors answer a request on with a Reply.
 	HeaderReplyTo = "Airlock-Reply-To"
+	// HeaderRestates marks an event that states again the outcome of an op
+	// that left AIRLOCK_OPS for AIRLOCK_ARCHIVE (ADR 0026): a retry of the
+	// op made it a first event again, and this event, a copy of the
+	// archived outcome event stored at the sequence the header names, ends
+	// that. The projector folds neither into the op.
+	HeaderRestates = "Airlock-Restates"
 )
 
 // NewEvent builds a CloudEvent of type t with a fresh id, the current time,

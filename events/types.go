@@ -50,6 +50,16 @@ func (t Type) Known() bool {
 	return false
 }
 
+// First reports whether an event of type t may be an op's first event
+// (ADR 0025 made started one).
+func (t Type) First() bool {
+	switch t {
+	case TypeDecided, TypeHeld, TypeDenied, TypeStarted:
+		return true
+	}
+	return false
+}
+
 // Short is the verb of the type: "decided" for dev.airlock.op.decided.v1.
 func (t Type) Short() string {
 	s := string(t)

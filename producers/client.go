@@ -434,6 +434,14 @@ func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
 		return
 	}
 	last, err := oplog.Last(ctx, st, ws, opID)
+	if errors.Is(err, oplog.ErrEmpty) {
+		// Not stored yet, or ended and gone to the archive (ADR 0026):
+		// the projection has it then.
+		if op, err := c.Op(ctx, opID); err == nil && op.State.Terminal() {
+			w.op(op)
+		}
+		return
+	}
 	if err != nil {
 		return
 	}

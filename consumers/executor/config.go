@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -79,8 +80,29 @@ type Config struct {
 	// that asked, before the completed event is stored (ADR 0018); nil
 	// keeps none.
 	Results ResultKeeper
+	// Archived, when set, tells a decided event of a retry of an op that
+	// left the ops stream for the archive (ADR 0026;
+	// consumers/projector.Archived): the runner ends it with the archived
+	// outcome and runs nothing. Nil when the ops stream keeps every op.
+	Archived Archived
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// Archived tells retries of archived ops from new ops
+// (consumers/projector.Archived).
+type Archived interface {
+	// Settle returns once Duplicate knows every op that left the ops
+	// stream before after.
+	Settle(ctx context.Context, after time.Time) error
+	// Duplicate is the archived op of which the event at seq is a retry;
+	// nil when it is none.
+	Duplicate(opID string, seq uint64) (*events.Op, error)
+	// Restate ends the retry, whose newest event is at expect, with the
+	// archived outcome of op, and returns it.
+	// A lost compare-and-swap wraps oplog.ErrConflict
+	// (projector.ErrRestateConflict).
+	Restate(ctx context.Context, op *events.Op, expect uint64) (events.Type, any, error)
 }
 
 // ArgsHandoff hands a runner the args of an op its own process's gate

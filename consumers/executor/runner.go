@@ -180,6 +180,9 @@ func (r *Runner) handleBatch(ctx context.Context, ex Executor, msgs []jetstream.
 		}
 	}()
 
+	if jobs = r.archived(ctx, jobs); len(jobs) == 0 {
+		return
+	}
 	r.fetchAll(ctx, jobs)
 	r.each(jobs, func(j *job) {
 		if j.fetch != nil {

@@ -50,14 +50,18 @@ func (r *Runner) sweepOnce(ctx context.Context) {
 				continue
 			}
 			last, err := oplog.Last(ctx, r.ops, "*", op)
-			if err != nil {
+			switch {
+			case errors.Is(err, oplog.ErrEmpty) && r.archivedEnded(op):
+				// Ended, and gone from the stream to the archive.
+			case err != nil:
 				if !errors.Is(err, oplog.ErrEmpty) {
 					r.cfg.Logger.Debug("sweep: reading the op", "op", op, "err", err)
 				}
 				continue
-			}
-			if _, terminal := events.OutcomeReply(last.Data); !terminal {
-				continue
+			default:
+				if _, terminal := events.OutcomeReply(last.Data); !terminal {
+					continue
+				}
 			}
 			if err := k.Forget(ctx, op); err != nil {
 				r.cfg.Logger.Warn("sweep: forgetting the op's records", "op", op, "tool", tool, "err", err)

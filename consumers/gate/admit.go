@@ -67,8 +67,19 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			adms = append(adms, a)
 		}
 	}
-	for _, a := range adms {
-		seq, err := a.append.Wait(wctx, g.ops)
+	seqs := make([]uint64, len(adms))
+	errs := make([]error, len(adms))
+	for i, a := range adms {
+		seqs[i], errs[i] = a.append.Wait(wctx, g.ops)
+	}
+	settled := g.settleArchived(wctx, errs)
+	for i, a := range adms {
+		seq, err := seqs[i], errs[i]
+		if err == nil && g.cfg.Archived != nil {
+			if done := g.archivedRetry(wctx, a, seq, settled); done {
+				continue
+			}
+		}
 		copyOf := false // the message is a second copy of an op's request
 		held := false   // the op is held, and this message is its request
 		switch {
@@ -334,6 +345,9 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 	last, err := oplog.Last(ctx, g.ops, req.Workspace, opID)
 	if err != nil {
 		return found{}, err
+	}
+	if f, ok, err := g.archivedExisting(ctx, opID, last); ok || err != nil {
+		return f, err
 	}
 	_, ended := events.OutcomeReply(last.Data)
 	f := found{lastSeq: last.Seq}

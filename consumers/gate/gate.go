@@ -89,8 +89,29 @@ type Config struct {
 	// HoldSweep is how often the gate forgets the requests it kept of
 	// holds past their expiry; default DefaultHoldSweep.
 	HoldSweep time.Duration
+	// Archived, when set, tells retries of ops that left the ops stream
+	// for the archive (ADR 0026; consumers/projector.Archived) from new
+	// ops: the first event of such a retry is ended with the archived
+	// outcome before anything acts on it. Nil when the ops stream keeps
+	// every op.
+	Archived Archived
 	// Logger; default slog.Default().
 	Logger *slog.Logger
+}
+
+// Archived tells retries of archived ops from new ops
+// (consumers/projector.Archived).
+type Archived interface {
+	// Settle returns once Duplicate knows every op that left the ops
+	// stream before after.
+	Settle(ctx context.Context, after time.Time) error
+	// Duplicate is the archived op of which the event at seq is a retry;
+	// nil when it is none.
+	Duplicate(opID string, seq uint64) (*events.Op, error)
+	// Restate ends the retry, whose newest event is at expect, with the
+	// archived outcome of op, and returns it.
+	// A lost compare-and-swap wraps oplog.ErrConflict.
+	Restate(ctx context.Context, op *events.Op, expect uint64) (events.Type, any, error)
 }
 
 // Starter is this process's runner, as the gate starts ops through it

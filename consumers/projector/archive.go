@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/internal/archive"
@@ -35,6 +36,24 @@ type segments struct {
 	// maxBytes and every: Config.SegmentBytes and SegmentEvery.
 	maxBytes int
 	every    time.Duration
+	// ended is end, for other goroutines (ArchiveEnd).
+	ended atomic.Uint64
+}
+
+// setEnd records the archive's end and newest segment.
+func (s *segments) setEnd(end, last uint64) {
+	s.end, s.last = end, last
+	s.ended.Store(end)
+}
+
+// ArchiveEnd is the archive's end as this projector last read or wrote
+// it: every message of the stream below it has a copy in a segment. It is
+// 0 without Config.Archive, and before the projector's first read.
+func (p *Projector) ArchiveEnd() uint64 {
+	if p.seg == nil {
+		return 0
+	}
+	return p.seg.ended.Load()
 }
 
 // tail reads the archive's end and newest segment again.
@@ -43,7 +62,7 @@ func (s *segments) tail(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.end, s.last = end, last
+	s.setEnd(end, last)
 	s.trim()
 	return nil
 }
@@ -110,7 +129,7 @@ func (p *Projector) flush(ctx context.Context) {
 			}
 			return
 		}
-		s.end, s.last = seg.To, seq
+		s.setEnd(seg.To, seq)
 		s.trim()
 		if len(s.msgs) > 0 {
 			s.since = time.Now()

@@ -646,12 +646,23 @@ func (p *Projector) apply(b *store.Batch, m archive.Msg) error {
 		return nil
 	}
 	// The server checked an expected last sequence of 0 over every event of
-	// this op: this is its first event, so the op cannot exist yet.
-	first := hdr.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
+	// this op: this is its first event, so the op cannot exist yet, unless
+	// it was archived (ADR 0026) and left the stream before this retry.
+	first := typ.First() && hdr.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
 		hdr.Get(jetstream.ExpectedLastSubjSeqSubjHeader) == events.OpFilter(ws, op)
-	rec, err := b.Op(h.OpID, first)
+	rec, err := b.Op(h.OpID, first && p.seg == nil)
 	if err != nil {
 		return fmt.Errorf("projector: seq %d: %w", seq, err)
+	}
+	if (first && rec.State != events.StateNew) || hdr.Get(events.HeaderRestates) != "" {
+		// A retry of an archived op, and the outcome stated again to end
+		// it: the op is what the archive says. Only the sequence the
+		// next transition must expect moves.
+		if rec.State != events.StateNew {
+			rec.Version = seq
+		}
+		p.cfg.Logger.Debug("archived op stated again", "op", h.OpID, "event_type", typ, "seq", seq)
+		return nil
 	}
 	if rec.State != events.StateNew && rec.Tool != "" && tool != rec.Tool {
 		p.anomalies.Add(1)

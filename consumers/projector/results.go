@@ -180,11 +180,41 @@ func EraseResult(ctx context.Context, w *oplog.Writer, ops jetstream.Stream, st 
 		OpHeader: events.OpHeader{OpID: op.ID, Workspace: op.Workspace},
 		Reason:   reason, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,
 	}
-	_, err = w.Append(ctx, ops, oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}, op.Version, events.TypeResultErased, EraserSource, ev)
+	to := oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}
+	_, err = w.Append(ctx, ops, to, op.Version, events.TypeResultErased, EraserSource, ev)
 	if oplog.IsConflict(err) {
-		return false, nil
+		// Erased by another process, or the op's events left the stream
+		// for the archive (ADR 0026) since the projection read them: then
+		// the erasure goes after what the stream holds of the op now.
+		expect, ok := afterArchived(ctx, ops, op)
+		if !ok {
+			return false, nil
+		}
+		if _, err = w.Append(ctx, ops, to, expect, events.TypeResultErased, EraserSource, ev); oplog.IsConflict(err) {
+			return false, nil
+		}
 	}
 	return err == nil, err
+}
+
+// afterArchived is what an erasure of op's result must expect when the ops
+// stream no longer holds op's events, or holds only a retry ended with
+// its archived outcome (events.HeaderRestates): 0, or that outcome's
+// sequence. ok is false when the stream holds the op's own newest event,
+// an erasure among them: nothing is left to do.
+func afterArchived(ctx context.Context, ops jetstream.Stream, op *events.Op) (expect uint64, ok bool) {
+	last, err := oplog.Last(ctx, ops, op.Workspace, op.ID)
+	switch {
+	case errors.Is(err, oplog.ErrEmpty):
+		return 0, true
+	case err != nil:
+		return 0, false
+	case last.Type == events.TypeResultErased:
+		return 0, false
+	case last.Header.Get(events.HeaderRestates) != "":
+		return last.Seq, true
+	}
+	return 0, false
 }
 
 // resultEndpoint answers events.ResultQuery on events.ResultQuerySubjects.

@@ -56,6 +56,12 @@ func ReplyTo(inbox string) Option {
 	}
 }
 
+// Restates marks the event as the archived outcome event at seq stated
+// again (events.HeaderRestates, ADR 0026).
+func Restates(seq uint64) Option {
+	return func(m *nats.Msg) { m.Header.Set(events.HeaderRestates, strconv.FormatUint(seq, 10)) }
+}
+
 // Pending is one append in flight.
 type Pending struct {
 	js      jetstream.JetStream

@@ -282,3 +282,33 @@ func (s *Store) indexState(st events.State) (indexed, rewritten int, err error) 
 	}
 	return indexed, rewritten, pb.Commit(pebble.Sync)
 }
+
+// LiveOpFloor is the lowest first-event sequence of an op the store holds
+// in a state that is not terminal (ready, held, granted or executing);
+// math.MaxUint64 when there is none. Events of ops below it have all
+// ended; the ops stream may let them go once they are archived (ADR 0026).
+func (s *Store) LiveOpFloor() (uint64, error) {
+	floor := uint64(math.MaxUint64)
+	for _, st := range []events.State{events.StateReady, events.StateHeld, events.StateGranted, events.StateExecuting} {
+		prefix := []byte("s/" + string(st) + "/")
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return 0, err
+		}
+		// Keys are by first sequence: the first is the lowest.
+		if it.First() {
+			k := it.Key()
+			if len(k) < len(prefix)+9 {
+				it.Close()
+				return 0, fmt.Errorf("store: malformed state key %q", k)
+			}
+			floor = min(floor, binary.BigEndian.Uint64(k[len(prefix):]))
+		}
+		err = it.Error()
+		it.Close()
+		if err != nil {
+			return 0, err
+		}
+	}
+	return floor, nil
+}

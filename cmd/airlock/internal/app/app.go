@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-dev/airlock/consumers/tools/mcp"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/approvers"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/handoff"
@@ -144,6 +145,11 @@ type Config struct {
 	// browsers see (https://host, or http://localhost:PORT); empty for
 	// http://localhost and UIListen's port.
 	UIListen, UIOrigin string
+	// ArchiveAfter is how long an ended op's events stay in the ops stream
+	// once applied, before they leave it for the archive (ADR 0026); zero
+	// for projector.DefaultArchiveAfter. Only a stream made with
+	// Streams.PurgeOps lets them go.
+	ArchiveAfter time.Duration
 	// ReadyMaxLag is the projector lag, in ops stream messages, beyond
 	// which /readyz says not ready; zero for metrics.DefaultMaxLag.
 	ReadyMaxLag uint64
@@ -204,6 +210,9 @@ type App struct {
 	JetStream jetstream.JetStream
 	// Projector is the running projector.
 	Projector *projector.Projector
+	// opsPurger lets archived ops leave the ops stream; nil when the
+	// stream denies purges.
+	opsPurger *projector.OpsPurger
 	// Store is the projection.
 	Store *store.Store
 
@@ -402,6 +411,46 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
+	transitions := metrics.NewTransitions()
+	// The projector reads every op event: on a connection of its own, its
+	// deliveries do not queue behind the gate's and runner's acknowledgements
+	// in one read loop (docs/performance.md, "The projector's connection").
+	if a.projConn, err = nats.Connect(cfg.NATSURL, append(opts, nats.Name("airlock projector"))...); err != nil {
+		return fmt.Errorf("app: connect the projector: %w", err)
+	}
+	pjs, err := jetstream.New(a.projConn)
+	if err != nil {
+		return err
+	}
+	pcfg := projector.Config{
+		JetStream: pjs, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
+		AuditKey: a.AuditKey, Checkpoints: checkpoints,
+		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
+		AnchorDir:  cfg.DataDir,
+		NoAuditLog: cfg.NoAuditLog, Observer: transitions,
+	}
+	// Ended ops leave the ops stream for the archive when the stream
+	// allows purges (ADR 0026): a stream made by an earlier version keeps
+	// every op, and nothing here changes.
+	archiving, err := opsArchived(sctx, a.JetStream)
+	if err != nil {
+		return err
+	}
+	if archiving {
+		pcfg.Archive, pcfg.WriteArchive = archive.New(pjs), true
+	}
+	if a.Projector, err = projector.New(pcfg); err != nil {
+		return err
+	}
+	var archived *projector.Archived
+	if archiving {
+		archived = projector.NewArchived(a.Projector, a.Store, a.JetStream)
+		if a.opsPurger, err = projector.NewOpsPurger(projector.OpsPurgerConfig{
+			JetStream: a.JetStream, Store: a.Store, Projector: a.Projector, After: cfg.ArchiveAfter, Logger: cfg.Logger,
+		}); err != nil {
+			return err
+		}
+	}
 	// The gate hands the args of ops it admits to this process's runner.
 	a.Handoff = handoff.New(0, 0)
 	args := a.Handoff
@@ -418,6 +467,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if a.Authority != nil {
 		gcfg.Principals = a.principal
 	}
+	if archived != nil {
+		gcfg.Archived = archived
+	}
 	expirer, err := projector.NewExpirer(projector.ExpirerConfig{
 		JetStream: a.JetStream, Store: a.Store, Interval: cfg.HoldExpiryInterval, Clock: cfg.Clock, Logger: cfg.Logger,
 	})
@@ -428,7 +480,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		JetStream: a.JetStream, Registry: reg, Workers: cfg.ExecWorkers,
 		ClaimTimeout: cfg.ClaimTimeout, Group: cfg.ExecutorGroup, Workspaces: cfg.ExecutorWorkspaces,
 		Instance: a.Instance, Logger: cfg.Logger, Handoff: args, OwnerTries: ownerTries(cfg.OwnerWait),
-		Results: a.Results,
+		Results: a.Results, Archived: runnerArchived(archived),
 	})
 	if err != nil {
 		return err
@@ -469,27 +521,6 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	a.Eraser, err = projector.NewEraser(projector.EraserConfig{
 		JetStream: a.JetStream, Store: a.Store, Results: a.Results, RetainedBytes: cfg.ResultRetainBytes,
 		Interval: cfg.HoldExpiryInterval, Clock: cfg.Clock, Logger: cfg.Logger,
-	})
-	if err != nil {
-		return err
-	}
-	transitions := metrics.NewTransitions()
-	// The projector reads every op event: on a connection of its own, its
-	// deliveries do not queue behind the gate's and runner's acknowledgements
-	// in one read loop (docs/performance.md, "The projector's connection").
-	if a.projConn, err = nats.Connect(cfg.NATSURL, append(opts, nats.Name("airlock projector"))...); err != nil {
-		return fmt.Errorf("app: connect the projector: %w", err)
-	}
-	pjs, err := jetstream.New(a.projConn)
-	if err != nil {
-		return err
-	}
-	a.Projector, err = projector.New(projector.Config{
-		JetStream: pjs, Store: a.Store, Sync: cfg.ProjectorSync, Logger: cfg.Logger,
-		AuditKey: a.AuditKey, Checkpoints: checkpoints,
-		CheckpointEvery: cfg.CheckpointEvery, CheckpointInterval: cfg.CheckpointInterval,
-		AnchorDir:  cfg.DataDir,
-		NoAuditLog: cfg.NoAuditLog, Observer: transitions,
 	})
 	if err != nil {
 		return err
@@ -543,6 +574,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	grp.Go(func() error { return named("advisories", a.Metrics.Run(gctx)) })
 	grp.Go(func() error { return named("live feed", a.Live.Run(gctx)) })
 	grp.Go(func() error { return named("notifier", notifier.Run(gctx)) })
+	if a.opsPurger != nil {
+		grp.Go(func() error { return named("ops purger", a.opsPurger.Run(gctx)) })
+	}
 	// Outside the group: /readyz keeps answering (not ready) when a part
 	// stops, until Shutdown.
 	a.metricsHTTP.serve(cfg.Logger, "metrics server")
@@ -706,3 +740,21 @@ func (a *App) resultStore(cfg Config) (*results.Store, error) {
 }
 
 var _ projector.Observer = (*metrics.Transitions)(nil)
+
+// opsArchived reports whether the ops stream lets ended ops leave it for
+// the archive: whether it allows purges (ADR 0026).
+func opsArchived(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	st, err := js.Stream(ctx, streams.Ops)
+	if err != nil {
+		return false, fmt.Errorf("app: %w", err)
+	}
+	return !st.CachedInfo().Config.DenyPurge, nil
+}
+
+// runnerArchived is a as the runner takes it: a nil interface for none.
+func runnerArchived(a *projector.Archived) executor.Archived {
+	if a == nil {
+		return nil
+	}
+	return a
+}

@@ -121,7 +121,9 @@ func leavesOf(t *testing.T, dir string) [][]byte {
 // was ahead of the archive (its segments lost with a crash) reads again
 // from the archive's end and stores what is missing.
 func TestArchiveCopiesTheOpsStreamInSegments(t *testing.T) {
-	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	// A stream that denies purges: the app that fills it keeps no
+	// archive, and the projectors below write it.
+	n := testenv.StartNATS(t, streams.Config{})
 	fill(t, n, 60)
 	last := opsInfo(t, n).LastSeq
 
@@ -137,7 +139,7 @@ func TestArchiveCopiesTheOpsStreamInSegments(t *testing.T) {
 
 // Two projectors that store segments at once store each range once.
 func TestTwoProjectorsStoreEachSegmentOnce(t *testing.T) {
-	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	n := testenv.StartNATS(t, streams.Config{})
 	fill(t, n, 60)
 	last := opsInfo(t, n).LastSeq
 	var wg sync.WaitGroup

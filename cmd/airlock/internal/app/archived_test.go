@@ -1,0 +1,115 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// archiving is an app config whose ops stream lets ended ops leave it
+// for the archive a second after they are applied.
+func archiving(cfg app.Config) app.Config {
+	cfg.Streams.PurgeOps = true
+	cfg.Streams.Duplicates = 200 * time.Millisecond
+	cfg.ArchiveAfter = time.Second
+	return cfg
+}
+
+// gone waits until the ops stream holds no event of op: it went to the
+// archive.
+func gone(t *testing.T, a *app.App, ws, op string) {
+	t.Helper()
+	ops, err := a.JetStream.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := oplog.Last(context.Background(), ops, ws, op)
+		return err != nil && err == oplog.ErrEmpty
+	}, 15*time.Second, 50*time.Millisecond, "op %s left the ops stream", op)
+}
+
+// A retry of an op whose events left the ops stream for the archive finds
+// nothing under the op's subjects, so its first event is stored; it is
+// ended with the archived outcome, stated again, before anything runs,
+// and the retry gets the outcome the op had: the same op, completed, its
+// kept result. Whether the gate starts the op itself or decides it for
+// the executors, it ran once.
+func TestRetryOfAnArchivedOpRunsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		decidesAll bool
+	}{{"started by the gate", false}, {"decided for the executors", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, counter := countingApp(t, archiving(app.Config{GateDecidesAll: tc.decidesAll}))
+			c, _ := apptest.Client(t, a.ClientURL())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":3}`)}
+			first, err := c.Submit(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, events.StateCompleted, first.State)
+			before := waitTerminal(t, a, first.OpID)
+			gone(t, a, "ws", first.OpID)
+
+			for i := range 2 {
+				again, err := c.Submit(ctx, req)
+				require.NoError(t, err, "retry %d", i)
+				assert.Equal(t, first.OpID, again.OpID)
+				assert.Equal(t, events.StateCompleted, again.State, "retry %d", i)
+				assert.Equal(t, string(first.Result), string(again.Result), "retry %d: the kept result", i)
+				assert.Equal(t, first.ResultDigest, again.ResultDigest)
+				assert.Equal(t, 1, executions(t, counter, first.OpID), "retry %d ran nothing", i)
+			}
+			// The retry's first event, and the outcome stated again; the
+			// second retry found them and appended nothing.
+			evs := testenv.OpEvents(t, a.JetStream, "ws", first.OpID)
+			require.Len(t, evs, 2, "%v", evs)
+			assert.Equal(t, events.TypeCompleted, evs[1])
+			ops, err := a.JetStream.Stream(ctx, streams.Ops)
+			require.NoError(t, err)
+			last, err := oplog.Last(ctx, ops, "ws", first.OpID)
+			require.NoError(t, err)
+			assert.NotEmpty(t, last.Header.Get(events.HeaderRestates))
+
+			// The projection keeps the op as the archive has it.
+			require.NoError(t, a.Projector.WaitApplied(ctx, last.Seq))
+			after, err := a.Store.Op(first.OpID)
+			require.NoError(t, err)
+			assert.Equal(t, before.State, after.State)
+			assert.Equal(t, before.FirstSeq, after.FirstSeq)
+			assert.Equal(t, 1, after.Attempts)
+			assert.Equal(t, before.ResultSeq, after.ResultSeq)
+			assert.Equal(t, last.Seq, after.Version, "the next transition expects the outcome stated again")
+		})
+	}
+}
+
+// A kept result is erased when its time comes, though the op's events
+// left the ops stream before: the erasure is stored after what the stream
+// holds of the op now (nothing), and folded into the op.
+func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
+	a, _ := countingApp(t, archiving(app.Config{ResultTTL: 4 * time.Second, HoldExpiryInterval: 100 * time.Millisecond}))
+	c, _ := apptest.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":4}`)})
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, first.State)
+	gone(t, a, "ws", first.OpID)
+	op, err := a.Store.Op(first.OpID)
+	require.NoError(t, err)
+	require.Empty(t, op.ResultErased, "archived before its result's time")
+	require.Eventually(t, func() bool {
+		op, err := a.Store.Op(first.OpID)
+		return err == nil && op.ResultErased == events.ErasedExpired
+	}, 15*time.Second, 50*time.Millisecond)
+}

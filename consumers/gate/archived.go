@@ -1,0 +1,124 @@
+package gate
+
+// Retries of archived ops (ADR 0026): an op that ended and left the ops
+// stream for the archive leaves nothing under its subjects, so a retry's
+// first event is stored. The gate ends it with the archived outcome before
+// anything acts on it, and answers the retry as it would have answered it
+// while the op's events were in the stream.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+)
+
+// settleArchived makes the archive's ops known before a batch's first
+// events are acted on: one Settle covers every append acknowledged before
+// it. It returns Settle's error; nil without an archive or when nothing
+// was appended.
+func (g *Gate) settleArchived(ctx context.Context, errs []error) error {
+	if g.cfg.Archived == nil {
+		return nil
+	}
+	for _, err := range errs {
+		if err == nil {
+			return g.cfg.Archived.Settle(ctx, time.Now())
+		}
+	}
+	return nil
+}
+
+// archivedRetry settles a with its first event stored at seq when that
+// event is a retry of an archived op, or when whether it is cannot be told
+// (settled is Settle's error: the request is taken again later). It
+// reports whether it settled a.
+func (g *Gate) archivedRetry(ctx context.Context, a *admission, seq uint64, settled error) bool {
+	var op *events.Op
+	err := settled
+	if err == nil {
+		op, err = g.cfg.Archived.Duplicate(a.opID, seq)
+	}
+	if err == nil && op == nil {
+		return false
+	}
+	a.giveBack()
+	if a.offered {
+		g.cfg.Handoff.Take(a.opID, a.reqSeq)
+	}
+	if err != nil {
+		g.retry(a.m, "tell a retry of an archived op "+a.opID, err)
+		return true
+	}
+	r, err := g.restate(ctx, op, seq)
+	if err != nil {
+		g.retry(a.m, "restate archived op "+a.opID, err)
+		return true
+	}
+	g.cfg.Logger.Info("retry of an archived op answered with its outcome", "op", a.opID, "ws", a.req.Workspace, "state", r.State, "retry_seq", seq)
+	g.reply(replyTo(a.m), r)
+	// The op read its args from the request that made it, erased long
+	// ago; this copy is needed by nobody.
+	if err := g.erase(ctx, a.m, a.reqSeq); err != nil {
+		return true
+	}
+	_ = a.m.Ack()
+	return true
+}
+
+// restate ends the retry of the archived op op, whose newest event is at
+// expect, with op's outcome, and returns the answer to the retry. When
+// another process ended it first, the answer is read from the stream.
+func (g *Gate) restate(ctx context.Context, op *events.Op, expect uint64) (events.Reply, error) {
+	_, data, err := g.cfg.Archived.Restate(ctx, op, expect)
+	if errors.Is(err, oplog.ErrConflict) {
+		last, lerr := oplog.Last(ctx, g.ops, op.Workspace, op.ID)
+		if lerr != nil {
+			return events.Reply{}, lerr
+		}
+		if _, ended := events.OutcomeReply(last.Data); !ended {
+			return events.Reply{}, err
+		}
+		data, err = last.Data, nil
+	}
+	if err != nil {
+		return events.Reply{}, err
+	}
+	r, ok := events.StatusReply(data)
+	if !ok {
+		r = events.Reply{OpID: op.ID, State: op.State}
+	}
+	r.Existing = true
+	if c, ok := data.(*events.Completed); ok {
+		if err := g.attachResult(ctx, &r, c); err != nil {
+			return events.Reply{}, err
+		}
+	}
+	return r, nil
+}
+
+// archivedExisting answers a retry whose op's newest event, last, is the
+// first event of an earlier retry of an archived op that was never ended
+// (its gate stopped before it could): it ends it now. ok is false when the
+// op is not archived.
+func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Event) (found, bool, error) {
+	if g.cfg.Archived == nil || !last.Type.First() {
+		return found{}, false, nil
+	}
+	if err := g.cfg.Archived.Settle(ctx, time.Now()); err != nil {
+		return found{}, false, err
+	}
+	op, err := g.cfg.Archived.Duplicate(opID, last.Seq)
+	if err != nil || op == nil {
+		return found{}, false, err
+	}
+	r, err := g.restate(ctx, op, last.Seq)
+	if err != nil {
+		return found{}, false, err
+	}
+	// The archived op's request, not this one's, made it: this one is a
+	// copy.
+	return found{reply: r, reqSeq: op.RequestSeq}, true, nil
+}

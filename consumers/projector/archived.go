@@ -1,0 +1,208 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/archive"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/store"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Archived tells a retry of an op that left the ops stream for the archive
+// (ADR 0026) from a new op. Such a retry's first event is stored: nothing
+// under the op's subjects is left to refuse it. Before anything acts on
+// that event, Settle makes sure this process's projection holds every op
+// that left the stream before it, and Duplicate then says whether the op
+// is one of them; Restate ends the retry with the archived outcome.
+type Archived struct {
+	p  *Projector
+	st *store.Store
+	js jetstream.JetStream
+	a  *archive.Archive
+
+	mu   sync.Mutex
+	last *floorRead // the newest read answered
+	next *floorRead // the newest read sent
+}
+
+// floorRead is one read of the lowest op event the ops stream holds.
+type floorRead struct {
+	sent  time.Time
+	done  chan struct{}
+	floor uint64
+	err   error
+}
+
+// NewArchived returns the archived ops of p's stream, as p's store holds
+// them.
+func NewArchived(p *Projector, st *store.Store, js jetstream.JetStream) *Archived {
+	return &Archived{p: p, st: st, js: js, a: p.cfg.Archive}
+}
+
+// settleTimeout bounds Settle's read and wait when ctx has no deadline.
+const settleTimeout = 5 * time.Second
+
+// Settle returns once this process's projection holds every op whose
+// events left the ops stream before after: the caller's first events were
+// acknowledged before after. It reads, on the stream's leader, the lowest
+// op event the stream still holds (one read, sent after after, answers
+// every caller waiting at once), and waits for the projector to apply
+// everything below it, reading what left from the archive.
+func (x *Archived) Settle(ctx context.Context, after time.Time) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, settleTimeout)
+		defer cancel()
+	}
+	floor, err := x.floor(ctx, after)
+	if err != nil {
+		return fmt.Errorf("archived ops: %w", err)
+	}
+	if floor <= 1 || x.p.Applied() >= floor-1 {
+		return nil
+	}
+	if err := x.p.WaitApplied(ctx, floor-1); err != nil {
+		return fmt.Errorf("archived ops: the projection is behind the ops stream's first op event %d: %w", floor, err)
+	}
+	return nil
+}
+
+// floor is the lowest op event's sequence, read after after.
+func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
+	x.mu.Lock()
+	if l := x.last; l != nil && l.err == nil && !l.sent.Before(after) {
+		x.mu.Unlock()
+		return l.floor, nil
+	}
+	r := x.next
+	mine := r == nil || r.sent.Before(after)
+	if mine {
+		r = &floorRead{sent: time.Now(), done: make(chan struct{})}
+		x.next = r
+	}
+	x.mu.Unlock()
+	if mine {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		r.floor, r.err = oplog.LeaderFirstOpSeq(rctx, x.js, x.p.cfg.Stream)
+		cancel()
+		close(r.done)
+		x.mu.Lock()
+		if x.last == nil || x.last.sent.Before(r.sent) {
+			x.last = r
+		}
+		if x.next == r {
+			x.next = nil
+		}
+		x.mu.Unlock()
+	}
+	select {
+	case <-r.done:
+		return r.floor, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Duplicate returns the archived op of which the event at seq is a retry,
+// or nil when it is none: seq is the retry's first event, or an event
+// after it (the decided event of a retry that was held). Call Settle
+// first.
+func (x *Archived) Duplicate(opID string, seq uint64) (*events.Op, error) {
+	op, err := x.st.Op(opID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// The archived op ended below the retry; a new op, or the retry as
+	// the projector folds it, begins at it.
+	if op.State.Terminal() && op.FirstSeq < seq && op.Version <= seq {
+		return op, nil
+	}
+	return nil, nil
+}
+
+// ErrRestateConflict is wrapped by Restate's error when the retry's newest
+// event is no longer the one it expected.
+var ErrRestateConflict = oplog.ErrConflict
+
+// RestateSource is the ce-source of an outcome stated again when it
+// carried none.
+const RestateSource = "airlock/archive"
+
+// Restate ends the retry of op whose newest event is at expect with the
+// archived outcome of op, stated again (events.HeaderRestates), and
+// returns it. A lost compare-and-swap (another process stated it first,
+// or the retry moved on) wraps ErrRestateConflict.
+func (x *Archived) Restate(ctx context.Context, op *events.Op, expect uint64) (events.Type, any, error) {
+	if x.a == nil {
+		return "", nil, errors.New("archived ops: no archive to read the outcome from")
+	}
+	ops, err := x.js.Stream(ctx, x.p.cfg.Stream)
+	if err != nil {
+		return "", nil, fmt.Errorf("archived ops: %w", err)
+	}
+	// A retry of an archived op is rare: a writer of its own, for it.
+	w, err := oplog.NewWriter(x.js)
+	if err != nil {
+		return "", nil, err
+	}
+	defer w.Close()
+	m, err := x.outcome(ctx, op)
+	if err != nil {
+		return "", nil, err
+	}
+	typ, _, data, err := events.DecodeStored(m.Header, m.Data)
+	if err != nil {
+		return "", nil, fmt.Errorf("archived ops: outcome of %s at %d: %w", op.ID, m.Seq, err)
+	}
+	source := m.Header.Get(events.HeaderPrefix + "source")
+	if source == "" {
+		source = RestateSource
+	}
+	if _, err := w.Append(ctx, ops, oplog.Op{Workspace: op.Workspace, ID: op.ID, Tool: op.Tool}, expect, typ, source, data, oplog.Restates(m.Seq)); err != nil {
+		return "", nil, err
+	}
+	return typ, data, nil
+}
+
+// outcome reads op's terminal event from the archive.
+func (x *Archived) outcome(ctx context.Context, op *events.Op) (*archive.Msg, error) {
+	_, last, err := x.a.Tail(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seq, found, err := x.a.Find(ctx, op.FirstSeq, last)
+	if err != nil {
+		return nil, err
+	}
+	for ; found && seq <= last; seq++ {
+		seg, err := x.a.Segment(ctx, seq)
+		if err != nil {
+			return nil, err
+		}
+		for i := range seg.Msgs {
+			m := &seg.Msgs[i]
+			if m.Seq < op.FirstSeq || m.Header.Get(events.HeaderRestates) != "" {
+				continue
+			}
+			if _, id, _, _, ok := events.OpSubjectParts(m.Subject); !ok || id != op.ID {
+				continue
+			}
+			typ := events.Type(m.Header.Get(events.HeaderPrefix + "type"))
+			switch typ {
+			case events.TypeCompleted, events.TypeFailed, events.TypeDenied, events.TypeExpired, events.TypeAmbiguous:
+				return m, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("archived ops: the outcome of %s (first event %s) is not in the archive", op.ID, strconv.FormatUint(op.FirstSeq, 10))
+}

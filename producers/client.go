@@ -387,11 +387,28 @@ const ResultGrace = 500 * time.Millisecond
 // server clock that far behind the client's.
 const replyMargin = 100 * time.Millisecond
 
-// await waits for a terminal event, a reply, or the end of the wait.
+// await waits for a terminal event, a reply, or the end of the wait. Its
+// reads of the op (refresh) run beside the wait, one at a time: a read
+// that a cluster electing a leader holds up for seconds must not keep a
+// reply that has come meanwhile from ending the wait.
 func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (Outcome, error) {
 	ticker := time.NewTicker(c.poll)
 	defer ticker.Stop()
 	var grace <-chan time.Time
+	var reading <-chan struct{} // closed when the read in flight ends; nil when none
+	again := false              // a poke or a tick came during the read in flight
+	read := func() {
+		if reading != nil {
+			again = true
+			return
+		}
+		ch := make(chan struct{})
+		reading = ch
+		go func() {
+			defer close(ch)
+			c.refresh(wctx, w, ws, opID)
+		}()
+	}
 	for {
 		if o, err, done := w.result(); done {
 			return o, err
@@ -404,10 +421,16 @@ func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (O
 		case <-grace:
 			w.settleUnresulted()
 		case <-w.done:
+		case <-reading:
+			reading = nil
+			if again {
+				again = false
+				read()
+			}
 		case <-w.poked:
-			c.refresh(wctx, w, ws, opID)
+			read()
 		case <-ticker.C:
-			c.refresh(wctx, w, ws, opID)
+			read()
 		case <-wctx.Done():
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return Outcome{}, ctx.Err()
@@ -427,8 +450,11 @@ func (c *Client) await(ctx, wctx context.Context, w *waiter, ws, opID string) (O
 	}
 }
 
-// refresh reads the op's newest event from the stream.
+// refresh reads the op's newest event from the stream, within
+// refreshTimeout.
 func (c *Client) refresh(ctx context.Context, w *waiter, ws, opID string) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
 	st, err := c.eventsStream(ctx)
 	if err != nil {
 		return
@@ -493,6 +519,12 @@ func (c *Client) eventsStream(ctx context.Context) (jetstream.Stream, error) {
 // streamLookupTimeout bounds one lookup of the ops stream; a wait polls
 // again at its next tick.
 const streamLookupTimeout = 5 * time.Second
+
+// refreshTimeout bounds one read of an op by a waiting Submit (the ops
+// stream's lookup, its newest event, the projection): a read left
+// unanswered ends, and the next tick reads again, rather than holding the
+// wait's reads until the wait's deadline.
+const refreshTimeout = 2 * streamLookupTimeout
 
 // watch registers a waiter for op's replies.
 func (c *Client) watch(opID string) *waiter {

@@ -39,6 +39,7 @@ func newServe(g *globals) *cobra.Command {
 		logLevel   string
 		wsModes    map[string]string
 		noAuth     bool
+		keepOps    bool
 		resultTTL  time.Duration
 		liveFeed   string
 		workspaces []string
@@ -84,6 +85,10 @@ func newServe(g *globals) *cobra.Command {
 			if cfg.ResultRetainBytes == 0 || cfg.ResultRetainBytes < -1 {
 				return usageError("--result-retain-bytes must be positive, or -1 for no bound")
 			}
+			if cfg.ArchiveAfter < projector.MinArchiveAfter {
+				return usageError("--archive-after %s is below %s", cfg.ArchiveAfter, projector.MinArchiveAfter)
+			}
+			cfg.Streams.PurgeOps = !keepOps
 			if cfg.Streams.Duplicates < minDedupeWindow {
 				return usageError("--dedupe-window %s is below %s: a request redelivered after a lost ack must still be recognised", cfg.Streams.Duplicates, minDedupeWindow)
 			}
@@ -158,6 +163,8 @@ func newServe(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.ClaimTimeout, "claim-timeout", 30*time.Second, "time without heartbeat after which a claimed op goes to recovery")
 	f.DurationVar(&cfg.OwnerWait, "owner-wait", 10*time.Second, "how long a lost attempt that only the instance which made it can settle (its ledger is on that instance's disk) waits for that instance to come back, before another ends the op ambiguous")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
+	f.DurationVar(&cfg.ArchiveAfter, "archive-after", projector.DefaultArchiveAfter, "how long an ended op's events stay in AIRLOCK_OPS once folded, at least, before they leave it for AIRLOCK_ARCHIVE (see docs/operations.md)")
+	f.BoolVar(&keepOps, "keep-ops", false, "make a new AIRLOCK_OPS that keeps every op's events for good (it denies purges, which cannot be undone): no archive, and the server's memory grows with every op")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML or JSON; see docs/policy.md); SIGHUP reloads it. Default: a built-in policy shaped by the three flags below")
 	f.StringToStringVar(&wsModes, "workspace-mode", nil, "permission mode of a workspace, WS=auto|confirm|locked (repeatable; anything else is locked)")
 	f.StringVar(&cfg.Policy.DefaultMode, "default-mode", "auto", "permission mode of workspaces not named by --workspace-mode")

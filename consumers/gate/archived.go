@@ -9,6 +9,7 @@ package gate
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -99,12 +100,44 @@ func (g *Gate) restate(ctx context.Context, op *events.Op, expect uint64) (event
 	return r, nil
 }
 
-// archivedExisting answers a retry whose op's newest event, last, is the
-// first event of an earlier retry of an archived op that was never ended
-// (its gate stopped before it could): it ends it now. ok is false when the
-// op is not archived.
+// archivedOp is the projection's op opID when it has ended: an op the ops
+// stream holds nothing of went to the archive then. nil otherwise.
+func (g *Gate) archivedOp(opID string) *events.Op {
+	if g.cfg.Archived == nil {
+		return nil
+	}
+	// Any sequence: the op's record says whether it ended.
+	op, err := g.cfg.Archived.Duplicate(opID, math.MaxUint64)
+	if err != nil {
+		return nil
+	}
+	return op
+}
+
+// archivedExisting answers a retry of an archived op from what the ops
+// stream holds of it now: the first event of an earlier retry that was
+// never ended (its gate stopped before it could), which it ends now; or an
+// erasure of the op's result stored after its events left, which the
+// projection's op answers with. ok is false when the op is not archived.
 func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Event) (found, bool, error) {
-	if g.cfg.Archived == nil || !last.Type.First() {
+	if g.cfg.Archived == nil {
+		return found{}, false, nil
+	}
+	if last.Type == events.TypeResultErased {
+		ws, _, _, _, _ := events.OpSubjectParts(last.Subject)
+		first, err := oplog.First(ctx, g.ops, ws, opID)
+		if err == nil && first.Type.First() {
+			return found{}, false, nil // the op's own events are there
+		}
+		if op := g.archivedOp(opID); op != nil {
+			return found{reqSeq: op.RequestSeq, reply: events.Reply{
+				OpID: op.ID, State: op.State, Existing: true, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,
+				Code: op.ErrorCode, Message: op.Error, Erased: op.ResultErased,
+			}}, true, nil
+		}
+		return found{}, false, nil
+	}
+	if !last.Type.First() {
 		return found{}, false, nil
 	}
 	if err := g.cfg.Archived.Settle(ctx, time.Now()); err != nil {

@@ -85,6 +85,11 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 	for round := 0; round < maxResolveRounds; round++ {
 		last, err := oplog.Last(ctx, g.ops, ws, opID)
 		if errors.Is(err, oplog.ErrEmpty) {
+			if op := g.archivedOp(opID); op != nil && op.Workspace == ws && op.HoldID == res.HoldID {
+				// Ended long ago; its events went to the archive.
+				return events.Reply{OpID: opID, State: op.State, Code: events.CodeHoldResolved,
+					Message: fmt.Sprintf("hold %s was resolved long ago (op %s)", res.HoldID, op.State)}, nil, nil
+			}
 			return refuse(events.CodeHoldNotFound, "no hold %s in workspace %s", res.HoldID, ws)
 		}
 		if err != nil {

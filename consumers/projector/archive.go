@@ -38,6 +38,25 @@ type segments struct {
 	every    time.Duration
 	// ended is end, for other goroutines (ArchiveEnd).
 	ended atomic.Uint64
+	// cur is the segment fill read last, at sequence curSeq: gaps between
+	// the messages the stream keeps (rejections, records) fall in one
+	// segment many times over.
+	cur    *archive.Segment
+	curSeq uint64
+}
+
+// segment reads the archive's segment at seq, or returns the one read
+// last when it is that one.
+func (s *segments) segment(ctx context.Context, seq uint64) (*archive.Segment, error) {
+	if s.cur != nil && s.curSeq == seq {
+		return s.cur, nil
+	}
+	seg, err := s.a.Segment(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	s.cur, s.curSeq = seg, seq
+	return seg, nil
 }
 
 // setEnd records the archive's end and newest segment.
@@ -164,7 +183,10 @@ func (p *Projector) fill(ctx context.Context, m jetstream.Msg) error {
 	}
 	s := p.seg
 	if from < s.end {
-		seq, found, err := s.a.Find(ctx, from, s.last)
+		seq, found, err := s.curSeq, true, error(nil)
+		if s.cur == nil || from < s.cur.From || from >= s.cur.To {
+			seq, found, err = s.a.Find(ctx, from, s.last)
+		}
 		if err != nil {
 			return &readError{err}
 		}
@@ -173,7 +195,7 @@ func (p *Projector) fill(ctx context.Context, m jetstream.Msg) error {
 		}
 		b, n := p.cfg.Store.NewBatch(), 0
 		for ; seq <= s.last && p.next < min(to, s.end); seq++ {
-			seg, err := s.a.Segment(ctx, seq)
+			seg, err := s.segment(ctx, seq)
 			if err != nil {
 				b.Abort()
 				return &readError{err}

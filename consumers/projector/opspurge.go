@@ -16,8 +16,10 @@ import (
 // Defaults of OpsPurgerConfig.
 const (
 	// DefaultArchiveAfter is how long an ended op's events stay in the ops
-	// stream after the projector applied them, at least.
-	DefaultArchiveAfter = time.Minute
+	// stream after the projector applied them, at least: past it, a retry
+	// is told from the archive and readers fall back on the projection,
+	// each a little slower.
+	DefaultArchiveAfter = 10 * time.Second
 	// DefaultOpsPurgeEvery is how often the purger looks.
 	DefaultOpsPurgeEvery = time.Second
 	// MinArchiveAfter bounds ArchiveAfter from below.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
@@ -18,10 +19,43 @@ import (
 // stored. It is safe for concurrent use.
 type Archive struct {
 	js jetstream.JetStream
+
+	mu     sync.Mutex
+	ranges map[uint64][2]uint64 // stored segments' ranges, by their sequence
 }
 
 // New returns the archive of the deployment js reaches.
-func New(js jetstream.JetStream) *Archive { return &Archive{js: js} }
+func New(js jetstream.JetStream) *Archive {
+	return &Archive{js: js, ranges: make(map[uint64][2]uint64)}
+}
+
+// maxRanges bounds the ranges Find keeps: beyond it, it forgets them all.
+const maxRanges = 1 << 20
+
+// rangeOf is the range of the segment at seq, from the ranges Find
+// keeps, else read.
+func (a *Archive) rangeOf(ctx context.Context, seq uint64) (from, to uint64, err error) {
+	a.mu.Lock()
+	r, ok := a.ranges[seq]
+	a.mu.Unlock()
+	if ok {
+		return r[0], r[1], nil
+	}
+	raw, err := oplog.LeaderMsg(ctx, a.js, streams.Archive, seq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("archive: segment %d: %w", seq, err)
+	}
+	if from, to, err = bounds(raw); err != nil {
+		return 0, 0, err
+	}
+	a.mu.Lock()
+	if len(a.ranges) >= maxRanges {
+		clear(a.ranges)
+	}
+	a.ranges[seq] = [2]uint64{from, to}
+	a.mu.Unlock()
+	return from, to, nil
+}
 
 // ErrBehind is returned by Append when the archive has a segment after the
 // one named: another process stored it first.
@@ -98,11 +132,7 @@ func (a *Archive) Find(ctx context.Context, s, last uint64) (seq uint64, found b
 	lo, hi := st.CachedInfo().State.FirstSeq, last
 	for lo <= hi && hi != 0 {
 		mid := lo + (hi-lo)/2
-		raw, err := oplog.LeaderMsg(ctx, a.js, streams.Archive, mid)
-		if err != nil {
-			return 0, false, fmt.Errorf("archive: segment %d: %w", mid, err)
-		}
-		from, to, err := bounds(raw)
+		from, to, err := a.rangeOf(ctx, mid)
 		if err != nil {
 			return 0, false, err
 		}

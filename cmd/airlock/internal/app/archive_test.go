@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -110,7 +111,7 @@ func leavesOf(t *testing.T, dir string) [][]byte {
 	defer st.Close()
 	var out [][]byte
 	require.NoError(t, st.Leaves(0, func(_ int64, leaf []byte) error {
-		out = append(out, leaf)
+		out = append(out, slices.Clone(leaf)) // the store reuses leaf
 		return nil
 	}))
 	return out

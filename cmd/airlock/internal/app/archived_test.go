@@ -95,13 +95,15 @@ func TestRetryOfAnArchivedOpRunsNothing(t *testing.T) {
 
 // A kept result is erased when its time comes, though the op's events
 // left the ops stream before: the erasure is stored after what the stream
-// holds of the op now (nothing), and folded into the op.
+// holds of the op now (nothing), and folded into the op. A retry after it
+// gets the op's outcome.
 func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
-	a, _ := countingApp(t, archiving(app.Config{ResultTTL: 4 * time.Second, HoldExpiryInterval: 100 * time.Millisecond}))
+	a, counter := countingApp(t, archiving(app.Config{ResultTTL: 4 * time.Second, HoldExpiryInterval: 100 * time.Millisecond}))
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	first, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":4}`)})
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":4}`)}
+	first, err := c.Submit(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, events.StateCompleted, first.State)
 	gone(t, a, "ws", first.OpID)
@@ -112,4 +114,20 @@ func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
 		op, err := a.Store.Op(first.OpID)
 		return err == nil && op.ResultErased == events.ErasedExpired
 	}, 15*time.Second, 50*time.Millisecond)
+
+	// A retry now finds only the erasure under the op's subjects: it is
+	// answered from the projection, runs nothing, and its copy of the
+	// args goes.
+	again, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, first.OpID, again.OpID)
+	assert.Equal(t, events.StateCompleted, again.State)
+	assert.Equal(t, first.ResultDigest, again.ResultDigest)
+	assert.Equal(t, 1, executions(t, counter, first.OpID))
+	reqs, err := a.JetStream.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := reqs.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, 10*time.Second, 50*time.Millisecond, "the retry's request is erased")
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/internal/audit"
+	"github.com/airlock-dev/airlock/internal/authority"
+	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/cockroachdb/pebble/v2"
@@ -174,6 +177,52 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	assert.Equal(t, live.Root, offlineRootAt(t, dir, live.Size), "the remote verifier saw the same tree")
 
 	// The rebuilt projection holds the same ops.
+	assert.Equal(t, allOps(t, dir), allOps(t, into))
+}
+
+// Ended ops leave AIRLOCK_OPS for the archive; a replay reads them from
+// it in their places and rebuilds the live root and the same ops, and a
+// retry of one of them runs nothing.
+func TestReplayReadsArchivedOps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	dir := t.TempDir()
+	srv := startServer(t, dir, freePort(t), nil, "--checkpoint-interval", "100ms", "--archive-after", "1s")
+	ids := submitEcho(t, srv, "w1", 6)
+	js, err := jetstream.New(srv.connect(t, authority.ServiceName))
+	require.NoError(t, err)
+	ctx := context.Background()
+	ops, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	require.False(t, ops.CachedInfo().Config.DenyPurge, "a new deployment's ops stream lets archived ops go")
+	// Every op's events left the stream: its first op event is now the
+	// last op's, or later.
+	require.Eventually(t, func() bool {
+		_, err := oplog.Last(ctx, ops, "w1", ids[0])
+		return errors.Is(err, oplog.ErrEmpty)
+	}, 20*time.Second, 100*time.Millisecond)
+	// A retry of the first op gets its outcome and runs nothing more.
+	out, errOut, code := srv.run(t, "submit", "--ws", "w1", "--tool", "echo", "--args", `{"n":0,"ws":"w1"}`, "--json")
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+	assert.Contains(t, out, ids[0])
+	assert.Contains(t, out, `"state":"completed"`)
+
+	into := filepath.Join(t.TempDir(), "replayed")
+	out, errOut, code = srv.run(t, "replay", "--into", into, "--json")
+	require.Equal(t, 0, code, "%s %s", out, errOut)
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rc, err := srv.stop(stopCtx)
+	require.NoError(t, err)
+	require.Equal(t, 0, rc, srv.stderr.String())
+
+	offline, code, errOut := auditVerify(t, "--data", dir)
+	require.Equal(t, 0, code, errOut)
+	replayed, code, errOut := auditVerify(t, "--data", into)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, offline.Size, replayed.Size)
+	assert.Equal(t, offline.Root, replayed.Root, "the rebuilt tree has the live root")
 	assert.Equal(t, allOps(t, dir), allOps(t, into))
 }
 

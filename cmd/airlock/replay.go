@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/consumers/projector"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/audit"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/store"
@@ -40,7 +41,9 @@ func newReplay(g *globals) *cobra.Command {
 		Use:   "replay --into DIR",
 		Short: "Rebuild the projection and the audit log from the streams into an empty data dir",
 		Long: `Replay folds every event of AIRLOCK_OPS, from the first, into a new
-projection and audit log in DIR, exactly as the running projector did, and
+projection and audit log in DIR, exactly as the running projector did (the
+events of ended ops that left the stream are read from AIRLOCK_ARCHIVE, in
+their places), and
 signs a checkpoint at the end. The rebuilt log's root equals the live one's
 at the same size; compare them with ` + "`airlock audit verify --json`" + `.
 
@@ -114,8 +117,16 @@ func replay(ctx context.Context, g *globals, into string, newKey, bar bool) (*re
 	state := stream.CachedInfo().State
 	target := state.LastSeq
 	start := time.Now()
+	// Ended ops that left the stream are read from the archive, in their
+	// places (ADR 0026); a deployment made before it has none.
+	var arch *archive.Archive
+	if _, err := js.Stream(ctx, streams.Archive); err == nil {
+		arch = archive.New(js)
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("replay: %s: %w", streams.Archive, err)
+	}
 	p, err := projector.New(projector.Config{
-		JetStream: js, Store: st, AuditKey: key,
+		JetStream: js, Store: st, AuditKey: key, Archive: arch,
 		// One checkpoint, at the end: the live log's roots at every size
 		// are the same, whenever they were signed.
 		CheckpointEvery: 1 << 30, CheckpointInterval: 24 * time.Hour,

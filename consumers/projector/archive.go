@@ -166,15 +166,33 @@ func (p *Projector) gap(m jetstream.Msg) bool {
 	return err == nil && md.Sequence.Stream > p.next
 }
 
-// fill applies the messages of the archive from p.next up to, not
-// including, the sequence of m, the next message the stream holds, in
-// batches of its own. What neither holds is logged and passed over.
-func (p *Projector) fill(ctx context.Context, m jetstream.Msg) error {
+// fillBefore applies the messages of the archive from p.next up to the
+// one before m, the next message the stream holds (fill).
+func (p *Projector) fillBefore(ctx context.Context, m jetstream.Msg) error {
 	md, err := m.Metadata()
 	if err != nil {
 		return fmt.Errorf("projector: metadata: %w", err)
 	}
-	from, to := p.next, md.Sequence.Stream
+	return p.fill(ctx, md.Sequence.Stream, true)
+}
+
+// fillIdle applies what the archive holds beyond the last message
+// applied, when the stream delivers nothing more: the stream's newest
+// messages may have left it (a replay of a stream whose last ops ended
+// long ago). What the stream still holds of it is passed over when it
+// comes.
+func (p *Projector) fillIdle(ctx context.Context) error {
+	if p.seg == nil || p.seg.end <= p.next {
+		return nil
+	}
+	return p.fill(ctx, p.seg.end, false)
+}
+
+// fill applies the messages of the archive from p.next up to, not
+// including, to, in batches of its own. With held, the stream holds the
+// message at to: what neither holds below it is logged and passed over.
+func (p *Projector) fill(ctx context.Context, to uint64, held bool) error {
+	from := p.next
 	if to > p.seg.end {
 		// Segments stored since the end was read cover more.
 		if err := p.seg.tail(ctx); err != nil {
@@ -225,7 +243,7 @@ func (p *Projector) fill(ctx context.Context, m jetstream.Msg) error {
 		}
 		p.filled.Add(1)
 	}
-	if p.next < to {
+	if held && p.next < to {
 		p.cfg.Logger.Error("messages missing from the stream and from its archive; passed over", "stream", p.cfg.Stream, "from", p.next, "to", to, "archive_end", s.end)
 		p.next = to
 	}

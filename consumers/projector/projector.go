@@ -75,6 +75,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// idleTick bounds how long the projector goes without looking at what
+// waits for it when the stream delivers nothing.
+const idleTick = 250 * time.Millisecond
+
 // DefaultLinger is Config.Linger's default.
 const DefaultLinger = 20 * time.Millisecond
 
@@ -338,7 +342,9 @@ func (p *Projector) run(ctx context.Context) error {
 	if err := p.publishLatest(ctx); err != nil {
 		return err
 	}
-	tick := time.NewTicker(p.cfg.CheckpointInterval / 4)
+	// Idle checkpoints, segments and the archive's tail (fillIdle) are
+	// looked at on every tick.
+	tick := time.NewTicker(min(p.cfg.CheckpointInterval/4, idleTick))
 	defer tick.Stop()
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -357,6 +363,9 @@ func (p *Projector) run(ctx context.Context) error {
 			case <-tick.C:
 				if p.seg != nil && p.seg.due() {
 					p.flush(ctx)
+				}
+				if err := p.fillIdle(ctx); err != nil {
+					return err
 				}
 				if err := p.idleCheckpoint(ctx); err != nil {
 					return err
@@ -380,7 +389,7 @@ func (p *Projector) run(ctx context.Context) error {
 			return nil
 		}
 		if p.gap(m) {
-			if err := p.fill(ctx, m); err != nil {
+			if err := p.fillBefore(ctx, m); err != nil {
 				return err
 			}
 		}

@@ -250,13 +250,19 @@ func TestClusterChaos(t *testing.T) {
 		}
 	}
 
+	archivedOps := 0
+	for _, tl := range tally {
+		if tl.archived > 0 {
+			archivedOps++
+		}
+	}
 	summary := fmt.Sprintf("cluster chaos: %d ops in %s, kills: %d airlock, %d nats (%d of the ops stream leader); "+
 		"completed %d, ambiguous %d, failed %d, other %d; double executions %d, completed without effect %d, lost %d; "+
-		"serve starts that failed %d; seed %d",
+		"serve starts that failed %d; ops whose events left the stream for the archive %d; seed %d",
 		len(outcomes), loadTook.Round(time.Second), airlockKills.Load(), nodeKills.Load(), leaderKills.Load(),
 		counts[events.StateCompleted], counts[events.StateAmbiguous], counts[events.StateFailed],
 		len(outcomes)-counts[events.StateCompleted]-counts[events.StateAmbiguous]-counts[events.StateFailed],
-		doubles, missing, len(lost), d.startFailures, plan.seed)
+		doubles, missing, len(lost), d.startFailures, archivedOps, plan.seed)
 	t.Log(summary)
 	fmt.Fprintln(os.Stderr, summary)
 	// No ledger left, whichever process ended the op.

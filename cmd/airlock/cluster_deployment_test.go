@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -298,6 +299,9 @@ func (d *deployment) waitCaughtUp(t testing.TB, js jetstream.JetStream) uint64 {
 type opTally struct {
 	terminals int
 	last      events.Type
+	// archived counts the events read from the archive: they had left the
+	// stream.
+	archived int
 }
 
 // tallyOps reads every op event of the workspace once and counts each op's
@@ -306,22 +310,81 @@ type opTally struct {
 func tallyOps(t testing.TB, js jetstream.JetStream) map[string]*opTally {
 	t.Helper()
 	out := map[string]*opTally{}
+	seen := map[uint64]bool{}
 	var next uint64 // the stream sequence to read from; 0 for the start
 	var err error
 	for tries := 0; tries < 30; tries++ {
-		if next, err = tallyFrom(js, next, out); err == nil {
-			return out
+		if next, err = tallyFrom(js, next, out, seen); err == nil {
+			break
 		}
 		t.Logf("reading the ops stream from %d: %v; again", next, err)
 		time.Sleep(time.Second)
 	}
 	require.NoError(t, err, "reading the ops stream")
+	// Ended ops' events that left the stream, read after it: whatever a
+	// purge took while the stream was read is there.
+	for _, m := range archived(t, js) {
+		if !seen[m.Seq] {
+			if tl := tallyMsg(out, m.Subject, m.Header); tl != nil {
+				tl.archived++
+			}
+		}
+	}
 	return out
+}
+
+// archived reads every message of the archive's segments (ADR 0026).
+func archived(t testing.TB, js jetstream.JetStream) []archive.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a := archive.New(js)
+	var out []archive.Msg
+	var err error
+	for tries := 0; tries < 30; tries++ {
+		out, err = nil, nil
+		var last uint64
+		if _, last, err = a.Tail(ctx); err == nil {
+			for seq := uint64(1); seq <= last && err == nil; seq++ {
+				var s *archive.Segment
+				if s, err = a.Segment(ctx, seq); err == nil {
+					out = append(out, s.Msgs...)
+				}
+			}
+		}
+		if err == nil {
+			return out
+		}
+		t.Logf("reading the archive: %v; again", err)
+		time.Sleep(time.Second)
+	}
+	require.NoError(t, err, "reading the archive")
+	return nil
+}
+
+// tallyMsg counts an op event of the workspace into out; an outcome
+// stated again for a retry of an archived op is no new outcome.
+func tallyMsg(out map[string]*opTally, subject string, h nats.Header) *opTally {
+	ws, op, _, verb, ok := events.OpSubjectParts(subject)
+	if !ok || ws != clusterWS || h.Get(events.HeaderRestates) != "" {
+		return nil
+	}
+	tl := out[op]
+	if tl == nil {
+		tl = &opTally{}
+		out[op] = tl
+	}
+	tl.last = events.Type(h.Get(events.HeaderPrefix + "type"))
+	switch verb {
+	case "completed", "failed", "ambiguous", "denied", "expired":
+		tl.terminals++
+	}
+	return tl
 }
 
 // tallyFrom reads the workspace's op events from seq on (0: the first)
 // into out, and returns where to go on from when it fails.
-func tallyFrom(js jetstream.JetStream, seq uint64, out map[string]*opTally) (uint64, error) {
+func tallyFrom(js jetstream.JetStream, seq uint64, out map[string]*opTally, seen map[uint64]bool) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>"}}
@@ -349,20 +412,11 @@ func tallyFrom(js jetstream.JetStream, seq uint64, out map[string]*opTally) (uin
 			}
 			n++
 			seq = md.Sequence.Stream + 1
-			_, op, _, verb, ok := events.OpSubjectParts(m.Subject())
-			if !ok {
+			if _, _, _, _, ok := events.OpSubjectParts(m.Subject()); !ok {
 				return seq, fmt.Errorf("not an op subject: %s", m.Subject())
 			}
-			tl := out[op]
-			if tl == nil {
-				tl = &opTally{}
-				out[op] = tl
-			}
-			tl.last = events.Type(m.Headers().Get(events.HeaderPrefix + "type"))
-			switch verb {
-			case "completed", "failed", "ambiguous", "denied", "expired":
-				tl.terminals++
-			}
+			seen[md.Sequence.Stream] = true
+			tallyMsg(out, m.Subject(), m.Headers())
 		}
 		if err := batch.Error(); err != nil {
 			return seq, err

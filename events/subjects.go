@@ -57,9 +57,14 @@ func HeldSubject(op string) string { return SubjectRoot + ".held." + op }
 // HeldSubjects are the subjects of AIRLOCK_HELD.
 const HeldSubjects = SubjectRoot + ".held.>"
 
-// ArchiveSubject is the one subject of AIRLOCK_ARCHIVE: its segments, each
-// a copy of a contiguous range of AIRLOCK_OPS (internal/archive, ADR 0026).
-const ArchiveSubject = SubjectRoot + ".archive"
+// ArchiveSubject is the subject of AIRLOCK_ARCHIVE's segments, each a copy
+// of a contiguous range of AIRLOCK_OPS (internal/archive, ADR 0026), and
+// ArchiveFloorSubject that of its floors: before ended ops' events leave
+// AIRLOCK_OPS below a sequence, that sequence is stored there.
+const (
+	ArchiveSubject      = SubjectRoot + ".archive"
+	ArchiveFloorSubject = SubjectRoot + ".archive.floor"
+)
 
 // LiveSubject is the subject AIRLOCK_OPS republishes a message stored on
 // subject to (see LivePrefix).

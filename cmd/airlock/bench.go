@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/bench"
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/progress"
+	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/spf13/cobra"
 )
@@ -92,6 +93,11 @@ func newBench() *cobra.Command {
 					res.SkeletonOpsPerS, res.SkeletonCPUPerOpUS, 100*res.AirlockCPUShare)
 			}
 			fmt.Fprintf(w, "live feed:                   %10s       (airlock.v1.live.>, --live-feed %s)\n", onOff(res.LiveFeed), cfg.LiveFeed)
+			if res.KeepOps {
+				fmt.Fprintf(w, "ops stream:                  %10s       (--keep-ops: every op's events stay in AIRLOCK_OPS)\n", "keeps all")
+			} else {
+				fmt.Fprintf(w, "ops stream:                  %10s       (ended ops leave it for AIRLOCK_ARCHIVE %.0f s after they are folded; --keep-ops to keep them)\n", "archives", res.ArchiveAfterS)
+			}
 			if res.GateDecidesAll {
 				fmt.Fprintf(w, "every op decided:            %10s       (--gate-decides-all: no op started by the gate's process)\n", "on")
 			}
@@ -157,6 +163,8 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
+	f.BoolVar(&cfg.KeepOps, "keep-ops", false, "keep every op's events in AIRLOCK_OPS, as serve --keep-ops: for a comparison")
+	f.DurationVar(&cfg.ArchiveAfter, "archive-after", projector.DefaultArchiveAfter, "how long ended ops stay in AIRLOCK_OPS, as serve's --archive-after")
 	f.BoolVar(&cfg.GateDecidesAll, "gate-decides-all", false, "decide every op, for the runner's consumer, as before the gate's process started its own ops (ADR 0025): for a comparison")
 	f.StringVar(&liveFeed, "live-feed", "auto", "auto (off: nobody subscribes) or on, as for serve: on measures what republishing every stored message costs")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")

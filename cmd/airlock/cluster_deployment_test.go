@@ -345,10 +345,12 @@ func archived(t testing.TB, js jetstream.JetStream) []archive.Msg {
 		out, err = nil, nil
 		var last uint64
 		if _, last, err = a.Tail(ctx); err == nil {
-			for seq := uint64(1); seq <= last && err == nil; seq++ {
+			for seq := uint64(1); seq <= last && err == nil; {
 				var s *archive.Segment
-				if s, err = a.Segment(ctx, seq); err == nil {
+				var at uint64
+				if s, at, err = a.Segment(ctx, seq); err == nil {
 					out = append(out, s.Msgs...)
+					seq = at + 1
 				}
 			}
 		}

@@ -45,18 +45,18 @@ type segments struct {
 	curSeq uint64
 }
 
-// segment reads the archive's segment at seq, or returns the one read
-// last when it is that one.
-func (s *segments) segment(ctx context.Context, seq uint64) (*archive.Segment, error) {
+// segment reads the archive's first segment at or after seq, or returns
+// the one read last when it is that one, with its own sequence.
+func (s *segments) segment(ctx context.Context, seq uint64) (*archive.Segment, uint64, error) {
 	if s.cur != nil && s.curSeq == seq {
-		return s.cur, nil
+		return s.cur, seq, nil
 	}
-	seg, err := s.a.Segment(ctx, seq)
+	seg, at, err := s.a.Segment(ctx, seq)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	s.cur, s.curSeq = seg, seq
-	return seg, nil
+	s.cur, s.curSeq = seg, at
+	return seg, at, nil
 }
 
 // setEnd records the archive's end and newest segment.
@@ -212,12 +212,13 @@ func (p *Projector) fill(ctx context.Context, to uint64, held bool) error {
 			return &readError{fmt.Errorf("archive: no segment covers sequence %d below its end %d", from, s.end)}
 		}
 		b, n := p.cfg.Store.NewBatch(), 0
-		for ; seq <= s.last && p.next < min(to, s.end); seq++ {
-			seg, err := s.segment(ctx, seq)
+		for seq <= s.last && p.next < min(to, s.end) {
+			seg, at, err := s.segment(ctx, seq)
 			if err != nil {
 				b.Abort()
 				return &readError{err}
 			}
+			seq = at + 1
 			for _, am := range seg.Msgs {
 				if am.Seq < p.next || am.Seq >= to {
 					continue

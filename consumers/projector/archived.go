@@ -32,7 +32,7 @@ type Archived struct {
 	next *floorRead // the newest read sent
 }
 
-// floorRead is one read of the lowest op event the ops stream holds.
+// floorRead is one read of the newest ops floor.
 type floorRead struct {
 	sent  time.Time
 	done  chan struct{}
@@ -51,10 +51,11 @@ const settleTimeout = 5 * time.Second
 
 // Settle returns once this process's projection holds every op whose
 // events left the ops stream before after: the caller's first events were
-// acknowledged before after. It reads, on the stream's leader, the lowest
-// op event the stream still holds (one read, sent after after, answers
-// every caller waiting at once), and waits for the projector to apply
-// everything below it, reading what left from the archive.
+// acknowledged before after. It reads, on the archive stream's leader,
+// the newest ops floor (every purge of the ops stream stores its floor
+// first; one read, sent after after, answers every caller waiting at
+// once), and waits for the projector to apply everything below it,
+// reading what left from the archive.
 func (x *Archived) Settle(ctx context.Context, after time.Time) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -74,7 +75,7 @@ func (x *Archived) Settle(ctx context.Context, after time.Time) error {
 	return nil
 }
 
-// floor is the lowest op event's sequence, read after after.
+// floor is the newest ops floor, read after after.
 func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 	x.mu.Lock()
 	if l := x.last; l != nil && l.err == nil && !l.sent.Before(after) {
@@ -90,7 +91,7 @@ func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 	x.mu.Unlock()
 	if mine {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		r.floor, r.err = oplog.LeaderFirstOpSeq(rctx, x.js, x.p.cfg.Stream)
+		r.floor, r.err = x.a.Floor(rctx)
 		cancel()
 		close(r.done)
 		x.mu.Lock()
@@ -115,6 +116,9 @@ func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 // after it (the decided event of a retry that was held). Call Settle
 // first.
 func (x *Archived) Duplicate(opID string, seq uint64) (*events.Op, error) {
+	if !x.st.MaybeEnded(opID) {
+		return nil, nil // no ended op of that id: a new op
+	}
 	op, err := x.st.Op(opID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -184,11 +188,12 @@ func (x *Archived) outcome(ctx context.Context, op *events.Op) (*archive.Msg, er
 	if err != nil {
 		return nil, err
 	}
-	for ; found && seq <= last; seq++ {
-		seg, err := x.a.Segment(ctx, seq)
+	for found && seq <= last {
+		seg, at, err := x.a.Segment(ctx, seq)
 		if err != nil {
 			return nil, err
 		}
+		seq = at + 1
 		for i := range seg.Msgs {
 			m := &seg.Msgs[i]
 			if m.Seq < op.FirstSeq || m.Header.Get(events.HeaderRestates) != "" {

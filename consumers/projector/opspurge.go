@@ -53,9 +53,11 @@ type OpsPurgerConfig struct {
 //   - one past the last message this process's projector had applied
 //     After ago.
 //
-// Rejections and records of controls and policies stay. Every process may
-// run one: each floor is safe on its own, since a process's projection
-// holds every op below its applied sequence.
+// Rejections and records of controls and policies stay. The floor is
+// stored in the archive first (archive.SetFloor): a retry of an op that
+// left reads it (Archived.Settle). Every process may run one: each floor
+// is safe on its own, since a process's projection holds every op below
+// its applied sequence.
 type OpsPurger struct {
 	cfg     OpsPurgerConfig
 	samples []applied
@@ -153,6 +155,14 @@ func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Tim
 	}
 	floor = min(floor, live)
 	if floor <= u.purged.Load()+1 || floor <= 1 {
+		return
+	}
+	// The floor first: a retry whose first event is stored after the
+	// purge reads it, and learns what its op may have left (Archived).
+	if err := u.cfg.Projector.seg.a.SetFloor(ctx, floor); err != nil {
+		if ctx.Err() == nil {
+			u.cfg.Logger.Warn("ops purge skipped: storing its floor failed; trying again", "below", floor, "err", err)
+		}
 		return
 	}
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject(events.OpSubjects), jetstream.WithPurgeSequence(floor)); err != nil {

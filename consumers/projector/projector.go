@@ -659,7 +659,9 @@ func (p *Projector) apply(b *store.Batch, m archive.Msg) error {
 	// it was archived (ADR 0026) and left the stream before this retry.
 	first := typ.First() && hdr.Get(jetstream.ExpectedLastSubjSeqHeader) == "0" &&
 		hdr.Get(jetstream.ExpectedLastSubjSeqSubjHeader) == events.OpFilter(ws, op)
-	rec, err := b.Op(h.OpID, first && p.seg == nil)
+	// With an archive, the op may be one that ended and left: the filter
+	// of ended ops says when it is surely not, without a read.
+	rec, err := b.Op(h.OpID, first && (p.seg == nil || !p.cfg.Store.MaybeEnded(h.OpID)))
 	if err != nil {
 		return fmt.Errorf("projector: seq %d: %w", seq, err)
 	}

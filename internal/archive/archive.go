@@ -15,51 +15,29 @@ import (
 )
 
 // Archive reads and writes AIRLOCK_ARCHIVE. Every read is answered by the
-// stream's leader, so that a replica behind it never hides a segment just
-// stored. It is safe for concurrent use.
+// stream's leader, so that a replica behind it never hides a segment or a
+// floor just stored. It is safe for concurrent use.
 type Archive struct {
 	js jetstream.JetStream
 
 	mu     sync.Mutex
-	ranges map[uint64][2]uint64 // stored segments' ranges, by their sequence
+	ranges map[uint64]span // what rangeOf read, by the sequence asked for
 }
+
+// span is a stored segment's own sequence and range.
+type span struct{ seq, from, to uint64 }
 
 // New returns the archive of the deployment js reaches.
 func New(js jetstream.JetStream) *Archive {
-	return &Archive{js: js, ranges: make(map[uint64][2]uint64)}
-}
-
-// maxRanges bounds the ranges Find keeps: beyond it, it forgets them all.
-const maxRanges = 1 << 20
-
-// rangeOf is the range of the segment at seq, from the ranges Find
-// keeps, else read.
-func (a *Archive) rangeOf(ctx context.Context, seq uint64) (from, to uint64, err error) {
-	a.mu.Lock()
-	r, ok := a.ranges[seq]
-	a.mu.Unlock()
-	if ok {
-		return r[0], r[1], nil
-	}
-	raw, err := oplog.LeaderMsg(ctx, a.js, streams.Archive, seq)
-	if err != nil {
-		return 0, 0, fmt.Errorf("archive: segment %d: %w", seq, err)
-	}
-	if from, to, err = bounds(raw); err != nil {
-		return 0, 0, err
-	}
-	a.mu.Lock()
-	if len(a.ranges) >= maxRanges {
-		clear(a.ranges)
-	}
-	a.ranges[seq] = [2]uint64{from, to}
-	a.mu.Unlock()
-	return from, to, nil
+	return &Archive{js: js, ranges: make(map[uint64]span)}
 }
 
 // ErrBehind is returned by Append when the archive has a segment after the
 // one named: another process stored it first.
 var ErrBehind = errors.New("archive: another segment was stored first")
+
+// HeaderFloor is the header of a stored floor.
+const HeaderFloor = "Airlock-Ops-Floor"
 
 // Tail is the archive's end (every message of AIRLOCK_OPS below it has a
 // copy in a segment; 1 when the archive is empty) and the stream sequence
@@ -88,7 +66,7 @@ func (a *Archive) Append(ctx context.Context, seg *Segment, last uint64) (uint64
 	m.Header.Set(HeaderFrom, strconv.FormatUint(seg.From, 10))
 	m.Header.Set(HeaderTo, strconv.FormatUint(seg.To, 10))
 	m.Data = seg.Encode(make([]byte, 0, 64+segmentSize(seg)))
-	ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(last))
+	ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequenceForSubject(last, events.ArchiveSubject))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return 0, ErrBehind
@@ -107,42 +85,100 @@ func segmentSize(seg *Segment) int {
 	return n
 }
 
-// Segment reads and decodes the segment at stream sequence seq.
-func (a *Archive) Segment(ctx context.Context, seq uint64) (*Segment, error) {
-	raw, err := oplog.LeaderMsg(ctx, a.js, streams.Archive, seq)
+// SetFloor stores floor as the ops floor: the op events of AIRLOCK_OPS
+// below it may leave the stream once it is stored (ADR 0026).
+func (a *Archive) SetFloor(ctx context.Context, floor uint64) error {
+	m := nats.NewMsg(events.ArchiveFloorSubject)
+	m.Header.Set(HeaderFloor, strconv.FormatUint(floor, 10))
+	if _, err := a.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("archive: store the ops floor %d: %w", floor, err)
+	}
+	return nil
+}
+
+// Floor is the newest ops floor stored (SetFloor); 0 when none is.
+func (a *Archive) Floor(ctx context.Context) (uint64, error) {
+	raw, err := oplog.LeaderLastMsg(ctx, a.js, streams.Archive, events.ArchiveFloorSubject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("archive: segment %d: %w", seq, err)
+		return 0, fmt.Errorf("archive: ops floor: %w", err)
+	}
+	f, err := strconv.ParseUint(raw.Header.Get(HeaderFloor), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: ops floor at %d: %v", ErrCorrupt, raw.Sequence, err)
+	}
+	return f, nil
+}
+
+// Segment reads and decodes the first segment stored at or after stream
+// sequence seq, and returns it with its own sequence.
+func (a *Archive) Segment(ctx context.Context, seq uint64) (*Segment, uint64, error) {
+	raw, err := oplog.LeaderNextMsg(ctx, a.js, streams.Archive, seq, events.ArchiveSubject)
+	if err != nil {
+		return nil, 0, fmt.Errorf("archive: segment at or after %d: %w", seq, err)
 	}
 	s, err := Decode(raw.Data)
 	if err != nil {
-		return nil, fmt.Errorf("archive: segment %d: %w", seq, err)
+		return nil, 0, fmt.Errorf("archive: segment %d: %w", raw.Sequence, err)
 	}
-	return s, nil
+	return s, raw.Sequence, nil
+}
+
+// maxRanges bounds the ranges Find keeps: beyond it, it forgets them all.
+const maxRanges = 1 << 20
+
+// rangeOf is the first segment stored at or after seq: its own sequence
+// and range, from what Find keeps, else read. found is false when no
+// segment is.
+func (a *Archive) rangeOf(ctx context.Context, seq uint64) (span, bool, error) {
+	a.mu.Lock()
+	r, ok := a.ranges[seq]
+	a.mu.Unlock()
+	if ok {
+		return r, true, nil
+	}
+	raw, err := oplog.LeaderNextMsg(ctx, a.js, streams.Archive, seq, events.ArchiveSubject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return span{}, false, nil
+	}
+	if err != nil {
+		return span{}, false, fmt.Errorf("archive: segment at or after %d: %w", seq, err)
+	}
+	from, to, err := bounds(raw)
+	if err != nil {
+		return span{}, false, err
+	}
+	r = span{seq: raw.Sequence, from: from, to: to}
+	a.mu.Lock()
+	if len(a.ranges) >= maxRanges {
+		clear(a.ranges)
+	}
+	a.ranges[seq] = r
+	a.mu.Unlock()
+	return r, true, nil
 }
 
 // Find returns the stream sequence of the segment that covers sequence s
-// of AIRLOCK_OPS, searching the segments at stream sequences first to last
-// (Tail's last) by their headers. found is false when s is at or past the
-// archive's end, or below its first segment.
+// of AIRLOCK_OPS, searching the stream's sequences up to last (Tail's
+// last) by the segments' headers. found is false when s is at or past
+// the archive's end, or below its first segment.
 func (a *Archive) Find(ctx context.Context, s, last uint64) (seq uint64, found bool, err error) {
-	st, err := a.js.Stream(ctx, streams.Archive)
-	if err != nil {
-		return 0, false, fmt.Errorf("archive: %w", err)
-	}
-	lo, hi := st.CachedInfo().State.FirstSeq, last
+	lo, hi := uint64(1), last
 	for lo <= hi && hi != 0 {
 		mid := lo + (hi-lo)/2
-		from, to, err := a.rangeOf(ctx, mid)
+		r, ok, err := a.rangeOf(ctx, mid)
 		if err != nil {
 			return 0, false, err
 		}
 		switch {
-		case s < from:
+		case !ok || r.seq > hi || s < r.from:
 			hi = mid - 1
-		case s >= to:
-			lo = mid + 1
+		case s >= r.to:
+			lo = r.seq + 1
 		default:
-			return mid, true, nil
+			return r.seq, true, nil
 		}
 	}
 	return 0, false, nil

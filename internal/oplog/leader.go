@@ -3,11 +3,9 @@ package oplog
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/airlock-dev/airlock/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -32,22 +30,14 @@ func LeaderLastMsg(ctx context.Context, js jetstream.JetStream, stream, subject 
 	return leaderGet(ctx, js, stream, req, subject)
 }
 
-// LeaderFirstOpSeq reads from the ops stream's leader the sequence of the
-// lowest op event it holds; 0 when it holds none. Every op event below it
-// has left the stream (ADR 0026).
-func LeaderFirstOpSeq(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+// LeaderNextMsg reads from the stream's leader the first message on
+// subject at or after seq, as LeaderMsg does by sequence.
+func LeaderNextMsg(ctx context.Context, js jetstream.JetStream, stream string, seq uint64, subject string) (*jetstream.RawStreamMsg, error) {
 	req, _ := json.Marshal(struct {
 		Seq     uint64 `json:"seq"`
 		Subject string `json:"next_by_subj"`
-	}{1, events.OpSubjects})
-	raw, err := leaderGet(ctx, js, stream, req, "the first op event")
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return raw.Sequence, nil
+	}{seq, subject})
+	return leaderGet(ctx, js, stream, req, subject)
 }
 
 func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req []byte, what string) (*jetstream.RawStreamMsg, error) {

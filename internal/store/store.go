@@ -56,6 +56,12 @@ type Store struct {
 	app            *audit.Appender
 	maxCheckpoints int
 	checkpoints    int // stored checkpoints; -1 until counted
+
+	// ended filters the ids of ended ops (MaybeEnded); stop ends its
+	// indexing at Close.
+	ended *ended
+	stop  context.CancelFunc
+	built chan struct{}
 }
 
 // MaxLiveCache bounds the ops the store caches in memory.
@@ -87,16 +93,27 @@ func open(dir string, readOnly bool) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, corrupt(err))
 	}
-	s := &Store{dir: dir, db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1}
+	s := &Store{dir: dir, db: db, live: make(map[string]events.Op), liveLimit: MaxLiveCache, maxCheckpoints: MaxCheckpoints, checkpoints: -1,
+		ended: newEnded(), built: make(chan struct{})}
 	if err := s.loadCounts(readOnly); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open store %s: %w", dir, corrupt(err))
 	}
+	// The filter of ended ops is read beside the start: until it is,
+	// every question goes to Pebble.
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go func() {
+		defer close(s.built)
+		_ = s.indexEnded(ctx)
+	}()
 	return s, nil
 }
 
 // Close closes the store. It is not safe to call twice.
 func (s *Store) Close() error {
+	s.stop()
+	<-s.built
 	s.scratch.mu.Lock()
 	if s.scratch.batch != nil {
 		_ = s.scratch.batch.Close()
@@ -362,6 +379,14 @@ func (b *Batch) commit(sync bool) error {
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
+	}
+	// Ops that end are in the filter of ended ops before they are in the
+	// store: never the other way round (a commit that fails leaves a
+	// false positive, which costs a read).
+	for _, id := range b.order {
+		if e := b.ops[id]; e.op.State.Terminal() && !e.from.Terminal() {
+			b.s.ended.add(id)
+		}
 	}
 	pebbleBatch, err := pb.batch(b.s.db, sc.batch)
 	sc.batch = nil

@@ -193,7 +193,7 @@ func ArchiveConfig(c Config) jetstream.StreamConfig {
 	sc := jetstream.StreamConfig{
 		Name:        Archive,
 		Description: "Airlock archive: AIRLOCK_OPS in segments, in order",
-		Subjects:    []string{events.ArchiveSubject},
+		Subjects:    []string{events.ArchiveSubject, events.ArchiveFloorSubject},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     storage(c),
 		Replicas:    c.Replicas,

@@ -8,8 +8,13 @@ import (
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
+	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
+	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/stretchr/testify/assert"
@@ -130,4 +135,80 @@ func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
 		info, err := reqs.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	}, 10*time.Second, 50*time.Millisecond, "the retry's request is erased")
+}
+
+// A process that did not see an op before it left the stream (a new one,
+// its projection rebuilt from the archive) answers a retry of it with its
+// outcome, and runs nothing.
+func TestRetryThroughAProcessThatCameAfterTheArchive(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	counter := &testexec.Counter{Dir: t.TempDir()}
+	dirs := testenv.DeploymentDirs(t)
+	cfg := archiving(app.Config{NATSURL: n.Server.ClientURL(), Executors: []executor.Executor{counter}})
+	cfg.DataDir = dirs()
+	a := apptest.StartApp(t, cfg)
+	c, _ := apptest.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":5}`)}
+	first, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, first.State)
+	gone(t, a, "ws", first.OpID)
+	require.NoError(t, a.Shutdown(ctx))
+
+	cfg.DataDir = dirs()
+	b := apptest.StartApp(t, cfg)
+	cb, _ := apptest.Client(t, b.ClientURL())
+	again, err := cb.Submit(ctx, req)
+	require.NoError(t, err)
+	assert.Equal(t, first.OpID, again.OpID)
+	assert.Equal(t, events.StateCompleted, again.State)
+	assert.Equal(t, first.ResultDigest, again.ResultDigest)
+	assert.Equal(t, 1, executions(t, counter, first.OpID))
+	assert.Positive(t, b.Projector.Filled(), "the new process read the op from the archive")
+}
+
+// Settle holds a retry until the projection has folded everything below
+// the newest ops floor: before, the archived op is unknown to it; after,
+// it is the op the retry duplicates.
+func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	cfg := archiving(app.Config{NATSURL: n.Server.ClientURL()})
+	a, _ := countingApp(t, cfg)
+	c, _ := apptest.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":6}`)})
+	require.NoError(t, err)
+	gone(t, a, "ws", first.OpID)
+	require.NoError(t, a.Shutdown(ctx))
+
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: archive.New(n.JetStream)})
+	require.NoError(t, err)
+	x := projector.NewArchived(p, st, n.JetStream)
+	op, err := x.Duplicate(first.OpID, 1<<40)
+	require.NoError(t, err)
+	require.Nil(t, op, "not folded yet")
+
+	settled := make(chan error, 1)
+	go func() { settled <- x.Settle(ctx, time.Now()) }()
+	select {
+	case err := <-settled:
+		t.Fatalf("settled before the projection reached the floor: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	require.NoError(t, <-settled)
+	op, err = x.Duplicate(first.OpID, 1<<40)
+	require.NoError(t, err)
+	require.NotNil(t, op)
+	assert.Equal(t, events.StateCompleted, op.State)
+	pcancel()
+	require.NoError(t, <-done)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/app"
+	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/policy"
@@ -44,6 +45,11 @@ type Config struct {
 	// GateDecidesAll runs every op through a decided event and the
 	// runner's consumer, as before ADR 0025, for a comparison.
 	GateDecidesAll bool
+	// KeepOps makes an ops stream that keeps every op's events, as serve's
+	// --keep-ops; by default ended ops leave it for the archive
+	// ArchiveAfter (default serve's) after they are folded (ADR 0026).
+	KeepOps      bool
+	ArchiveAfter time.Duration
 	// Holds is the number of held ops granted in the hold phase, after
 	// the pipeline phase; default 200, -1 for none.
 	Holds int
@@ -187,6 +193,10 @@ type Result struct {
 	LiveFeed bool `json:"live_feed"`
 	// GateDecidesAll: every op was decided (--gate-decides-all).
 	GateDecidesAll bool `json:"gate_decides_all,omitempty"`
+	// KeepOps: the ops stream kept every op's events (--keep-ops);
+	// otherwise ended ops left it ArchiveAfterS after they were folded.
+	KeepOps       bool    `json:"keep_ops,omitempty"`
+	ArchiveAfterS float64 `json:"archive_after_s,omitempty"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.
 	Holds     int     `json:"holds"`
@@ -357,6 +367,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
 		ResultTTL: resultTTL(cfg.noResults),
 		LiveFeed:  cfg.LiveFeed, GateDecidesAll: cfg.GateDecidesAll,
+		Streams: streams.Config{PurgeOps: !cfg.KeepOps}, ArchiveAfter: cfg.archiveAfter(),
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -444,6 +455,10 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	res.CPUs = runtime.GOMAXPROCS(0)
 	res.LiveFeed = a.Live.On()
 	res.GateDecidesAll = cfg.GateDecidesAll
+	res.KeepOps = cfg.KeepOps
+	if !cfg.KeepOps {
+		res.ArchiveAfterS = cfg.archiveAfter().Seconds()
+	}
 	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
 	res.AllocKBPerOp, res.GCCycles = heap.kbPer(cfg.Ops), heap.cycles
@@ -709,3 +724,11 @@ func subjects(ctx context.Context, js jetstream.JetStream, stream string) (uint6
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// archiveAfter is how long ended ops stay in the ops stream.
+func (c Config) archiveAfter() time.Duration {
+	if c.ArchiveAfter == 0 {
+		return projector.DefaultArchiveAfter
+	}
+	return c.ArchiveAfter
+}

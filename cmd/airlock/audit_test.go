@@ -156,23 +156,7 @@ func TestAuditLiveReplayAndProof(t *testing.T) {
 	assert.Contains(t, errOut, "--key FILE")
 
 	// Replay into an empty dir while the server runs.
-	into := filepath.Join(t.TempDir(), "replayed")
-	out, errOut, code = srv.run(t, "replay", "--into", into, "--json")
-	require.Equal(t, 0, code, "%s %s", out, errOut)
-
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rc, err := srv.stop(stopCtx)
-	require.NoError(t, err)
-	require.Equal(t, 0, rc, srv.stderr.String())
-
-	offline, code, errOut := auditVerify(t, "--data", dir)
-	require.Equal(t, 0, code, errOut)
-	replayed, code, errOut := auditVerify(t, "--data", into)
-	require.Equal(t, 0, code, errOut)
-	assert.Equal(t, offline.Size, replayed.Size)
-	assert.Equal(t, offline.Root, replayed.Root, "the rebuilt tree has the live root")
-	assert.Equal(t, offline.Origin, replayed.Origin)
+	offline, into := replayMatches(t, srv, dir)
 	assert.Equal(t, offline.Size, offline.CheckpointSize, "a clean stop signs every leaf")
 	assert.Equal(t, live.Root, offlineRootAt(t, dir, live.Size), "the remote verifier saw the same tree")
 
@@ -208,10 +192,20 @@ func TestReplayReadsArchivedOps(t *testing.T) {
 	assert.Contains(t, out, ids[0])
 	assert.Contains(t, out, `"state":"completed"`)
 
+	_, into := replayMatches(t, srv, dir)
+	assert.Equal(t, allOps(t, dir), allOps(t, into))
+}
+
+// replayMatches replays srv's streams into a new dir while it runs, stops
+// it cleanly, and checks that the rebuilt log has the live one's size,
+// root and origin. It returns the live log, verified offline, and the
+// dir.
+func replayMatches(t *testing.T, srv *server, dir string) (verifyJSON, string) {
+	t.Helper()
 	into := filepath.Join(t.TempDir(), "replayed")
-	out, errOut, code = srv.run(t, "replay", "--into", into, "--json")
+	out, errOut, code := srv.run(t, "replay", "--into", into, "--json")
 	require.Equal(t, 0, code, "%s %s", out, errOut)
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rc, err := srv.stop(stopCtx)
 	require.NoError(t, err)
@@ -223,7 +217,8 @@ func TestReplayReadsArchivedOps(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Equal(t, offline.Size, replayed.Size)
 	assert.Equal(t, offline.Root, replayed.Root, "the rebuilt tree has the live root")
-	assert.Equal(t, allOps(t, dir), allOps(t, into))
+	assert.Equal(t, offline.Origin, replayed.Origin)
+	return offline, into
 }
 
 // offlineRootAt is the root of the data dir's log at size n.

@@ -186,24 +186,17 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 }
 
 // ArchiveConfig is the configuration of the archive stream: segments of
-// the ops stream on one subject, compressed on disk, never deleted nor
-// purged (a segment is the only copy of what Ops no longer holds).
+// the ops stream, and the floors of its purges, compressed on disk, never
+// deleted nor purged (a segment is the only copy of what Ops no longer
+// holds).
 func ArchiveConfig(c Config) jetstream.StreamConfig {
-	c = c.withDefaults()
-	sc := jetstream.StreamConfig{
-		Name:        Archive,
-		Description: "Airlock archive: AIRLOCK_OPS in segments, in order",
-		Subjects:    []string{events.ArchiveSubject, events.ArchiveFloorSubject},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     storage(c),
-		Replicas:    c.Replicas,
-		Duplicates:  c.Duplicates,
-		MaxMsgSize:  MaxMsgBytes,
-		Discard:     jetstream.DiscardNew,
-		AllowDirect: true,
-		DenyPurge:   true,
-		DenyDelete:  true,
-	}
+	// The requests stream's settings (storage, replicas, window, size,
+	// discard, direct gets), neither deletes nor purges, compressed.
+	sc := RequestsConfig(c)
+	sc.Name = Archive
+	sc.Description = "Airlock archive: AIRLOCK_OPS in segments, in order"
+	sc.Subjects = []string{events.ArchiveSubject, events.ArchiveFloorSubject}
+	sc.DenyPurge, sc.DenyDelete = true, true
 	if !c.Memory {
 		sc.Compression = jetstream.S2Compression
 	}

@@ -23,23 +23,10 @@ import (
 // written in segments of segBytes), and stops it cleanly.
 func archived(t *testing.T, n *testenv.NATS, dir string, until uint64, write bool, segBytes int) *projector.Projector {
 	t.Helper()
-	st, err := store.Open(dir)
-	require.NoError(t, err)
-	defer st.Close()
-	p, err := projector.New(projector.Config{
-		JetStream: n.JetStream, Store: st, MaxBatch: 13,
+	return projectWith(t, projector.Config{
+		JetStream: n.JetStream, MaxBatch: 13,
 		Archive: archive.New(n.JetStream), WriteArchive: write, SegmentBytes: segBytes, SegmentEvery: 5 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer wcancel()
-	require.NoError(t, p.WaitApplied(wctx, until))
-	cancel()
-	require.NoError(t, <-done)
-	return p
+	}, dir, until)
 }
 
 // opsInfo is the ops stream's state now.

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/internal/testenv"
+	"github.com/airlock-dev/airlock/producers"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,6 +44,21 @@ func gone(t *testing.T, a *app.App, ws, op string) {
 	}, 15*time.Second, 50*time.Millisecond, "op %s left the ops stream", op)
 }
 
+// archivedCount runs one count op with args {"x":x} through a to its
+// end and waits until its events left the ops stream; it returns the
+// request and the op's outcome.
+func archivedCount(t *testing.T, a *app.App, c *producers.Client, x int) (events.Request, producers.Outcome) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"x":%d}`, x))}
+	first, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, first.State)
+	gone(t, a, "ws", first.OpID)
+	return req, first
+}
+
 // A retry of an op whose events left the ops stream for the archive finds
 // nothing under the op's subjects, so its first event is stored; it is
 // ended with the archived outcome, stated again, before anything runs,
@@ -58,12 +75,8 @@ func TestRetryOfAnArchivedOpRunsNothing(t *testing.T) {
 			c, _ := apptest.Client(t, a.ClientURL())
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":3}`)}
-			first, err := c.Submit(ctx, req)
-			require.NoError(t, err)
-			require.Equal(t, events.StateCompleted, first.State)
+			req, first := archivedCount(t, a, c, 3)
 			before := waitTerminal(t, a, first.OpID)
-			gone(t, a, "ws", first.OpID)
 
 			for i := range 2 {
 				again, err := c.Submit(ctx, req)
@@ -107,11 +120,7 @@ func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":4}`)}
-	first, err := c.Submit(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, events.StateCompleted, first.State)
-	gone(t, a, "ws", first.OpID)
+	req, first := archivedCount(t, a, c, 4)
 	op, err := a.Store.Op(first.OpID)
 	require.NoError(t, err)
 	require.Empty(t, op.ResultErased, "archived before its result's time")
@@ -150,11 +159,7 @@ func TestRetryThroughAProcessThatCameAfterTheArchive(t *testing.T) {
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":5}`)}
-	first, err := c.Submit(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, events.StateCompleted, first.State)
-	gone(t, a, "ws", first.OpID)
+	req, first := archivedCount(t, a, c, 5)
 	require.NoError(t, a.Shutdown(ctx))
 
 	cfg.DataDir = dirs()
@@ -179,9 +184,7 @@ func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	first, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":6}`)})
-	require.NoError(t, err)
-	gone(t, a, "ws", first.OpID)
+	_, first := archivedCount(t, a, c, 6)
 	require.NoError(t, a.Shutdown(ctx))
 
 	st, err := store.Open(t.TempDir())

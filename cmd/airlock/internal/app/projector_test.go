@@ -65,10 +65,18 @@ func lastOpSeq(t testing.TB, n *testenv.NATS) uint64 {
 // (no flush beyond what each batch committed).
 func project(t *testing.T, js jetstream.JetStream, dir string, maxBatch int, until uint64) uint64 {
 	t.Helper()
+	return projectWith(t, projector.Config{JetStream: js, MaxBatch: maxBatch}, dir, until).Applied()
+}
+
+// projectWith runs a projector of cfg over the store in dir until it has
+// applied until, and stops it cleanly.
+func projectWith(t *testing.T, cfg projector.Config, dir string, until uint64) *projector.Projector {
+	t.Helper()
 	st, err := store.Open(dir)
 	require.NoError(t, err)
 	defer st.Close()
-	p, err := projector.New(projector.Config{JetStream: js, Store: st, MaxBatch: maxBatch})
+	cfg.Store = st
+	p, err := projector.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -78,7 +86,7 @@ func project(t *testing.T, js jetstream.JetStream, dir string, maxBatch int, unt
 	require.NoError(t, p.WaitApplied(wctx, until))
 	cancel()
 	require.NoError(t, <-done)
-	return p.Applied()
+	return p
 }
 
 func dump(t *testing.T, dir string) ([]*events.Op, uint64) {

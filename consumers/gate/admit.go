@@ -61,6 +61,15 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
+	if g.cfg.Archived != nil {
+		if err := g.cfg.Archived.CatchUp(wctx); err != nil {
+			// Nothing of the batch is stored: it comes back.
+			for _, m := range msgs {
+				g.retry(m, "catch up with the archive", err)
+			}
+			return
+		}
+	}
 	adms := make([]*admission, 0, len(msgs))
 	for _, m := range msgs {
 		if a := g.start(ctx, m); a != nil {

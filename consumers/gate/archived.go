@@ -129,6 +129,9 @@ func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Ev
 		if err == nil && first.Type.First() {
 			return found{}, false, nil // the op's own events are there
 		}
+		if err := g.cfg.Archived.Settle(ctx, time.Now()); err != nil {
+			return found{}, false, err
+		}
 		if op := g.archivedOp(opID); op != nil {
 			return found{reqSeq: op.RequestSeq, reply: events.Reply{
 				OpID: op.ID, State: op.State, Existing: true, ResultDigest: op.ResultDigest, ResultBytes: op.ResultBytes,

@@ -102,6 +102,9 @@ type Config struct {
 // Archived tells retries of archived ops from new ops
 // (consumers/projector.Archived).
 type Archived interface {
+	// CatchUp returns once the projection has folded what the ops floor,
+	// as last read, says left: before a batch's first events are stored.
+	CatchUp(ctx context.Context) error
 	// Settle returns once Duplicate knows every op that left the ops
 	// stream before after.
 	Settle(ctx context.Context, after time.Time) error

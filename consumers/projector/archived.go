@@ -75,6 +75,34 @@ func (x *Archived) Settle(ctx context.Context, after time.Time) error {
 	return nil
 }
 
+// CatchUp returns once the projection has folded everything below the
+// ops floor as last read (read now when none was), before the caller
+// stores first events: a process whose projection is far behind (a new
+// one, catching up from the archive) then holds its requests back,
+// rather than store first events it cannot tell apart yet and have to
+// take back. Settle, after the append, stays what makes a retry safe.
+func (x *Archived) CatchUp(ctx context.Context) error {
+	x.mu.Lock()
+	l := x.last
+	x.mu.Unlock()
+	floor := uint64(0)
+	if l != nil && l.err == nil {
+		floor = l.floor
+	} else {
+		var err error
+		if floor, err = x.floor(ctx, time.Time{}); err != nil {
+			return fmt.Errorf("archived ops: %w", err)
+		}
+	}
+	if floor <= 1 || x.p.Applied() >= floor-1 {
+		return nil
+	}
+	if err := x.p.WaitApplied(ctx, floor-1); err != nil {
+		return fmt.Errorf("archived ops: the projection is catching up with the ops floor %d (at %d): %w", floor, x.p.Applied(), err)
+	}
+	return nil
+}
+
 // floor is the newest ops floor, read after after.
 func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 	x.mu.Lock()

@@ -54,7 +54,7 @@ type OpsPurgerConfig struct {
 //     After ago.
 //
 // Rejections and records of controls and policies stay. The floor is
-// stored in the archive first (archive.SetFloor): a retry of an op that
+// stored in the archive first, unless a higher one is (archive.RaiseFloor): a retry of an op that
 // left reads it (Archived.Settle). Every process may run one: each floor
 // is safe on its own, since a process's projection holds every op below
 // its applied sequence.
@@ -159,7 +159,9 @@ func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Tim
 	}
 	// The floor first: a retry whose first event is stored after the
 	// purge reads it, and learns what its op may have left (Archived).
-	if err := u.cfg.Projector.seg.a.SetFloor(ctx, floor); err != nil {
+	// A higher floor stored by another process stays, and covers this
+	// purge too.
+	if err := u.cfg.Projector.seg.a.RaiseFloor(ctx, floor); err != nil {
 		if ctx.Err() == nil {
 			u.cfg.Logger.Warn("ops purge skipped: storing its floor failed; trying again", "below", floor, "err", err)
 		}

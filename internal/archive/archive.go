@@ -85,31 +85,59 @@ func segmentSize(seg *Segment) int {
 	return n
 }
 
-// SetFloor stores floor as the ops floor: the op events of AIRLOCK_OPS
-// below it may leave the stream once it is stored (ADR 0026).
-func (a *Archive) SetFloor(ctx context.Context, floor uint64) error {
-	m := nats.NewMsg(events.ArchiveFloorSubject)
-	m.Header.Set(HeaderFloor, strconv.FormatUint(floor, 10))
-	if _, err := a.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("archive: store the ops floor %d: %w", floor, err)
+// RaiseFloor stores floor as the ops floor, unless a floor as high or
+// higher is stored already: the op events of AIRLOCK_OPS below it may
+// leave the stream once it returns (ADR 0026). The stored floor never goes
+// down: a process whose projection lags, and so computes a lower floor,
+// leaves the higher one in place, with a compare-and-swap on the floor
+// subject against one stored meanwhile.
+func (a *Archive) RaiseFloor(ctx context.Context, floor uint64) error {
+	for range maxFloorTries {
+		cur, at, err := a.floor(ctx)
+		if err != nil {
+			return err
+		}
+		if cur >= floor {
+			return nil
+		}
+		m := nats.NewMsg(events.ArchiveFloorSubject)
+		m.Header.Set(HeaderFloor, strconv.FormatUint(floor, 10))
+		_, err = a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequenceForSubject(at, events.ArchiveFloorSubject))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			continue // another process stored one: read it again
+		}
+		if err != nil {
+			return fmt.Errorf("archive: store the ops floor %d: %w", floor, err)
+		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("archive: store the ops floor %d: other processes kept storing theirs", floor)
 }
 
-// Floor is the newest ops floor stored (SetFloor); 0 when none is.
+// maxFloorTries bounds RaiseFloor's compare-and-swaps.
+const maxFloorTries = 8
+
+// Floor is the ops floor stored (RaiseFloor); 0 when none is.
 func (a *Archive) Floor(ctx context.Context) (uint64, error) {
+	f, _, err := a.floor(ctx)
+	return f, err
+}
+
+// floor is the ops floor stored and its own sequence; 0, 0 when none is.
+func (a *Archive) floor(ctx context.Context) (floor, at uint64, err error) {
 	raw, err := oplog.LeaderLastMsg(ctx, a.js, streams.Archive, events.ArchiveFloorSubject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("archive: ops floor: %w", err)
+		return 0, 0, fmt.Errorf("archive: ops floor: %w", err)
 	}
 	f, err := strconv.ParseUint(raw.Header.Get(HeaderFloor), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: ops floor at %d: %v", ErrCorrupt, raw.Sequence, err)
+		return 0, 0, fmt.Errorf("%w: ops floor at %d: %v", ErrCorrupt, raw.Sequence, err)
 	}
-	return f, nil
+	return f, raw.Sequence, nil
 }
 
 // Segment reads and decodes the first segment stored at or after stream

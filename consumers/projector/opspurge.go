@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/periodic"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,16 +118,8 @@ func (u *OpsPurger) Run(ctx context.Context) error {
 		u.cfg.Logger.Info("ended ops stay in the ops stream: it was made by a version that denies purges (ADR 0026)", "stream", streams.Ops)
 		return nil
 	}
-	t := time.NewTicker(u.cfg.Every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			u.purge(ctx, st, time.Now())
-		}
-	}
+	periodic.Every(ctx, u.cfg.Every, func() { u.purge(ctx, st, time.Now()) })
+	return nil
 }
 
 // purge purges below the ops floor at now, when it has risen.

@@ -97,6 +97,9 @@ func newBench() *cobra.Command {
 				fmt.Fprintf(w, "ops stream:                  %10s       (--keep-ops: every op's events stay in AIRLOCK_OPS)\n", "keeps all")
 			} else {
 				fmt.Fprintf(w, "ops stream:                  %10s       (ended ops leave it for AIRLOCK_ARCHIVE %.0f s after they are folded; --keep-ops to keep them)\n", "archives", res.ArchiveAfterS)
+				if res.ArchiveBytesPerMsg > 0 {
+					fmt.Fprintf(w, "archive:                     %10.0f B      per ops message in its segments  (%.0f B in AIRLOCK_OPS)\n", res.ArchiveBytesPerMsg, res.OpsBytesPerMsg)
+				}
 			}
 			if res.GateDecidesAll {
 				fmt.Fprintf(w, "every op decided:            %10s       (--gate-decides-all: no op started by the gate's process)\n", "on")

@@ -112,7 +112,7 @@ func (s *segments) add(m archive.Msg) {
 		s.since = time.Now()
 	}
 	s.msgs = append(s.msgs, m)
-	s.bytes += m.Size()
+	s.bytes += s.msgs[len(s.msgs)-1].Size()
 }
 
 // due reports whether the messages kept make a segment now.

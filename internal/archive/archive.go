@@ -65,7 +65,9 @@ func (a *Archive) Append(ctx context.Context, seg *Segment, last uint64) (uint64
 	m := nats.NewMsg(events.ArchiveSubject)
 	m.Header.Set(HeaderFrom, strconv.FormatUint(seg.From, 10))
 	m.Header.Set(HeaderTo, strconv.FormatUint(seg.To, 10))
-	m.Data = seg.Encode(make([]byte, 0, 64+segmentSize(seg)))
+	e := encoders.Get().(*Encoder)
+	defer encoders.Put(e)
+	m.Data = e.Encode(seg) // PublishMsg copies it before it returns
 	ack, err := a.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequenceForSubject(last, events.ArchiveSubject))
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
@@ -77,13 +79,8 @@ func (a *Archive) Append(ctx context.Context, seg *Segment, last uint64) (uint64
 	return ack.Sequence, nil
 }
 
-func segmentSize(seg *Segment) int {
-	n := 0
-	for i := range seg.Msgs {
-		n += seg.Msgs[i].Size()
-	}
-	return n
-}
+// encoders keeps Append's buffers from one segment to the next.
+var encoders = sync.Pool{New: func() any { return new(Encoder) }}
 
 // RaiseFloor stores floor as the ops floor, unless a floor as high or
 // higher is stored already: the op events of AIRLOCK_OPS below it may

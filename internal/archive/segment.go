@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
 )
 
@@ -17,18 +18,24 @@ type Msg struct {
 	Subject string
 	Header  nats.Header
 	Data    []byte
+
+	size int // Size, once known
 }
 
-// Size is about what m takes in a segment.
+// Size is about what m takes in a segment, before compression. It is
+// counted once: m's header and data must not change after the first call.
 func (m *Msg) Size() int {
-	n := 24 + len(m.Subject) + len(m.Data)
-	for k, vs := range m.Header {
-		n += len(k) + 2
-		for _, v := range vs {
-			n += len(v) + 2
+	if m.size == 0 {
+		n := 24 + len(m.Subject) + len(m.Data)
+		for k, vs := range m.Header {
+			n += len(k) + 2
+			for _, v := range vs {
+				n += len(v) + 2
+			}
 		}
+		m.size = n
 	}
-	return n
+	return m.size
 }
 
 // Segment is every message AIRLOCK_OPS stored in [From, To), in order.
@@ -44,20 +51,57 @@ const (
 	HeaderTo   = "Airlock-Archive-To"
 )
 
-// version is the first byte of an encoded segment.
-const version = 1
+// The first byte of an encoded segment: its version. Version 1 is the
+// body as it is; version 2, which Encode writes, is the body in one S2
+// block (the archive stream stores it as it comes, with no compression of
+// its own).
+const (
+	versionPlain = 1
+	version      = 2
+)
+
+// MaxDecodedBytes bounds what a segment's body may take once decompressed:
+// a segment whose block says more is corrupt. Segments are written at
+// about projector.DefaultSegmentBytes, and one message is at most the ops
+// stream's largest.
+const MaxDecodedBytes = 64 << 20
 
 // ErrCorrupt is wrapped by every error of Decode.
 var ErrCorrupt = errors.New("archive: segment does not decode")
 
-// Encode appends the segment's encoding to b: a version byte, From, To
-// and the count of messages, then each message: its sequence less the one
-// before it (From less one for the first), its time in Unix nanoseconds,
-// its subject, its headers (keys sorted, each with its values) and its
-// data, strings and byte slices each after its length. Integers are
-// varints.
+// Encode appends the segment's encoding to b (Encoder.Encode).
 func (s *Segment) Encode(b []byte) []byte {
-	b = append(b, version)
+	var e Encoder
+	return append(b, e.Encode(s)...)
+}
+
+// Encoder encodes segments into buffers it keeps, for the next segment.
+// The zero value is ready to use; it is not safe for concurrent use.
+type Encoder struct {
+	body, out []byte
+}
+
+// Encode returns the segment's encoding, valid until the next call: the
+// version byte (2), then the body in one S2 block. The body is From, To
+// and the count of messages, then each message: its sequence less the
+// one before it (From less one for the first), its time in Unix
+// nanoseconds, its subject, its headers (keys sorted, each with its
+// values) and its data, strings and byte slices each after its length.
+// Integers are varints.
+func (e *Encoder) Encode(s *Segment) []byte {
+	e.body = s.appendBody(e.body[:0])
+	need := 1 + s2.MaxEncodedLen(len(e.body))
+	if cap(e.out) < need {
+		e.out = make([]byte, need)
+	}
+	e.out = e.out[:need]
+	e.out[0] = version
+	n := len(s2.Encode(e.out[1:], e.body))
+	return e.out[:1+n]
+}
+
+// appendBody appends the segment's body, as Encode describes it, to b.
+func (s *Segment) appendBody(b []byte) []byte {
 	b = binary.AppendUvarint(b, s.From)
 	b = binary.AppendUvarint(b, s.To)
 	b = binary.AppendUvarint(b, uint64(len(s.Msgs)))
@@ -94,13 +138,35 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// Decode reads a segment Encode wrote. The messages' data are copies, not
-// slices of b.
+// Decode reads a segment Encode (or an earlier version's) wrote. The
+// messages' data are copies, not slices of b.
 func Decode(b []byte) (*Segment, error) {
 	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != version {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d: upgrade Airlock", ErrCorrupt, v, version)
+	v := r.byte()
+	switch {
+	case r.err != nil:
+		return nil, r.err
+	case v == version:
+		n, err := s2.DecodedLen(r.b)
+		if err != nil || n > MaxDecodedBytes {
+			return nil, fmt.Errorf("%w: compressed body: %d bytes (at most %d), %v", ErrCorrupt, n, MaxDecodedBytes, err)
+		}
+		body, err := s2.Decode(make([]byte, n), r.b)
+		if err != nil {
+			return nil, fmt.Errorf("%w: compressed body: %v", ErrCorrupt, err)
+		}
+		return decodeBody(body, false)
+	case v == versionPlain:
+		return decodeBody(r.b, true)
+	default:
+		return nil, fmt.Errorf("%w: version %d, this build reads %d and %d: upgrade Airlock", ErrCorrupt, v, versionPlain, version)
 	}
+}
+
+// decodeBody reads a segment's body; the data are copied out of b when
+// copyData is set, else they are slices of it.
+func decodeBody(b []byte, copyData bool) (*Segment, error) {
+	r := reader{b: b}
 	s := &Segment{From: r.uvarint(), To: r.uvarint()}
 	n := r.uvarint()
 	if r.err == nil && (s.From == 0 || s.To < s.From || n > s.To-s.From || n > uint64(len(b))) {
@@ -139,7 +205,9 @@ func Decode(b []byte) (*Segment, error) {
 				m.Header[k] = vs
 			}
 		}
-		m.Data = slices.Clone(r.bytes())
+		if m.Data = r.bytes(); copyData {
+			m.Data = slices.Clone(m.Data)
+		}
 		if r.err != nil {
 			return nil, r.err
 		}

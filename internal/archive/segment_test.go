@@ -1,7 +1,10 @@
 package archive_test
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,7 +67,7 @@ func TestSegmentCutShortOrDamagedIsAnError(t *testing.T) {
 	_, err := archive.Decode(append(b, 0))
 	assert.ErrorIs(t, err, archive.ErrCorrupt, "a byte after the end")
 	bad := append([]byte{}, b...)
-	bad[0] = 2
+	bad[0] = 3
 	_, err = archive.Decode(bad)
 	assert.ErrorContains(t, err, "upgrade Airlock")
 	for i := 1; i < len(b); i++ {
@@ -77,4 +80,62 @@ func TestSegmentCutShortOrDamagedIsAnError(t *testing.T) {
 	s.Msgs[2].Seq = 13
 	_, err = archive.Decode(s.Encode(nil))
 	assert.ErrorIs(t, err, archive.ErrCorrupt)
+}
+
+// Segments stored by version 1, uncompressed, still decode, and cut
+// short anywhere they are an error.
+func TestSegmentOfVersion1Decodes(t *testing.T) {
+	plain := archive.EncodePlain(sample())
+	require.Equal(t, byte(1), plain[0])
+	got, err := archive.Decode(plain)
+	require.NoError(t, err)
+	want, err := archive.Decode(sample().Encode(nil))
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	for i := range len(plain) {
+		_, err := archive.Decode(plain[:i])
+		assert.ErrorIs(t, err, archive.ErrCorrupt, "cut at %d", i)
+	}
+}
+
+// A segment of op events is stored compressed: their headers and fields
+// repeat from one event to the next.
+func TestSegmentIsCompressed(t *testing.T) {
+	at := time.Unix(0, 1_796_000_000_000_000_000)
+	s := &archive.Segment{From: 1, To: 1001}
+	for i := range 1000 {
+		s.Msgs = append(s.Msgs, archive.Msg{
+			Seq: uint64(i + 1), Time: at.Add(time.Duration(i) * 37 * time.Microsecond),
+			Subject: fmt.Sprintf("airlock.v1.op.ws-1.op-%08d.echo.started", i),
+			Header: nats.Header{"Ce-Specversion": {"1.0"}, "Ce-Type": {"dev.airlock.op.started.v1"}, "Ce-Source": {"airlock/runner"},
+				"Ce-Id": {fmt.Sprintf("op-%08d-started", i)}, "Nats-Expected-Last-Subject-Sequence": {"0"}},
+			Data: fmt.Appendf(nil, `{"op_id":"op-%08d","workspace":"ws-1","tool":"echo","attempt":1}`, i),
+		})
+	}
+	plain := archive.EncodePlain(s)
+	var e archive.Encoder
+	enc := e.Encode(s)
+	assert.Less(t, len(enc), len(plain)/3, "compressed %d bytes of %d", len(enc), len(plain))
+	got, err := archive.Decode(enc)
+	require.NoError(t, err)
+	want, err := archive.Decode(plain)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	// The encoder's buffers are reused: the next segment's encoding is
+	// its own, whatever the one before.
+	again := e.Encode(sample())
+	got, err = archive.Decode(again)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(7), got.From)
+}
+
+// A compressed body that says it is larger than MaxDecodedBytes is
+// corrupt, not a 4 GiB allocation.
+func TestSegmentTooLargeOnceDecompressedIsCorrupt(t *testing.T) {
+	b := []byte{2}
+	b = binary.AppendUvarint(b, archive.MaxDecodedBytes+1)
+	b = append(b, bytes.Repeat([]byte{0}, 16)...)
+	_, err := archive.Decode(b)
+	assert.ErrorIs(t, err, archive.ErrCorrupt)
+	assert.ErrorContains(t, err, "at most")
 }

@@ -186,20 +186,21 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 }
 
 // ArchiveConfig is the configuration of the archive stream: segments of
-// the ops stream, and the floors of its purges, compressed on disk, never
-// deleted nor purged (a segment is the only copy of what Ops no longer
-// holds).
+// the ops stream, and the floors of its purges, never deleted nor purged
+// (a segment is the only copy of what Ops no longer holds).
 func ArchiveConfig(c Config) jetstream.StreamConfig {
 	// The requests stream's settings (storage, replicas, window, size,
-	// discard, direct gets), neither deletes nor purges, compressed.
+	// discard, direct gets), neither deletes nor purges. No compression of
+	// the stream's own: each segment comes compressed (archive.Encoder), so
+	// the server neither parses, copies, replicates nor checks the full
+	// size, nor compresses its blocks again. An archive stream made
+	// compressed by an earlier version is updated to this; the blocks it
+	// compressed stay readable.
 	sc := RequestsConfig(c)
 	sc.Name = Archive
 	sc.Description = "Airlock archive: AIRLOCK_OPS in segments, in order"
 	sc.Subjects = []string{events.ArchiveSubject, events.ArchiveFloorSubject}
 	sc.DenyPurge, sc.DenyDelete = true, true
-	if !c.Memory {
-		sc.Compression = jetstream.S2Compression
-	}
 	return sc
 }
 

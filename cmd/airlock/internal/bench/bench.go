@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/policy"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
@@ -248,6 +249,11 @@ type Result struct {
 	// end of the pipeline phase: the server keeps an index entry for
 	// each in memory.
 	OpsSubjects uint64 `json:"ops_subjects"`
+	// OpsBytesPerMsg is what AIRLOCK_OPS stores per message at the end of
+	// the pipeline phase, and ArchiveBytesPerMsg what AIRLOCK_ARCHIVE
+	// stores per message of it in its segments (0 with KeepOps).
+	OpsBytesPerMsg     float64 `json:"ops_bytes_per_msg"`
+	ArchiveBytesPerMsg float64 `json:"archive_bytes_per_msg"`
 	// RequestsLeft is how many requests (argument plaintext) were still
 	// stored when the pipeline phase's last op ended, and EraseLagS how
 	// long the scrubber then took to erase them all.
@@ -480,6 +486,9 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		res.StreamMsgsPerOp[name] = float64(seq-baseSeqs[name]) / float64(cfg.Ops)
 	}
 	if res.OpsSubjects, err = subjects(ctx, a.JetStream, streams.Ops); err != nil {
+		return 0, 0, err
+	}
+	if res.OpsBytesPerMsg, res.ArchiveBytesPerMsg, err = archiveBytes(ctx, a.JetStream); err != nil {
 		return 0, 0, err
 	}
 	if !cfg.noLog && !cfg.noResults {
@@ -721,6 +730,27 @@ func subjects(ctx context.Context, js jetstream.JetStream, stream string) (uint6
 		return 0, err
 	}
 	return st.CachedInfo().State.NumSubjects, nil
+}
+
+// archiveBytes is what the ops stream stores per message, and what the
+// archive stores per ops message its segments cover (0 when they cover
+// none).
+func archiveBytes(ctx context.Context, js jetstream.JetStream) (ops, arch float64, err error) {
+	st, err := js.Stream(ctx, streams.Ops)
+	if err != nil {
+		return 0, 0, err
+	}
+	if s := st.CachedInfo().State; s.Msgs > 0 {
+		ops = float64(s.Bytes) / float64(s.Msgs)
+	}
+	end, _, err := archive.New(js).Tail(ctx)
+	if err != nil || end <= 1 {
+		return ops, 0, err
+	}
+	if st, err = js.Stream(ctx, streams.Archive); err != nil {
+		return ops, 0, err
+	}
+	return ops, float64(st.CachedInfo().State.Bytes) / float64(end-1), nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/archive"
+	"github.com/airlock-dev/airlock/internal/lease"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,6 +36,7 @@ type Archived struct {
 // floorRead is one read of the newest ops floor.
 type floorRead struct {
 	sent  time.Time
+	lease lease.Start // when it was sent, for archive.FloorLease
 	done  chan struct{}
 	floor uint64
 	err   error
@@ -53,9 +55,11 @@ const settleTimeout = 5 * time.Second
 // events left the ops stream before after: the caller's first events were
 // acknowledged before after. It reads, on the archive stream's leader,
 // the newest ops floor (every purge of the ops stream stores its floor
-// first; one read, sent after after, answers every caller waiting at
-// once), and waits for the projector to apply everything below it,
-// reading what left from the archive.
+// first), and waits for the projector to apply everything below it,
+// reading what left from the archive. One read answers every caller
+// whose acknowledgements came before it was sent, and, under the floor's
+// lease (archive.FloorLease, ADR 0028), every caller for a second after
+// that: a floor stored after the read purges nothing before then.
 func (x *Archived) Settle(ctx context.Context, after time.Time) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -106,14 +110,14 @@ func (x *Archived) CatchUp(ctx context.Context) error {
 // floor is the newest ops floor, read after after.
 func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 	x.mu.Lock()
-	if l := x.last; l != nil && l.err == nil && !l.sent.Before(after) {
+	if l := x.last; l != nil && l.err == nil && (!l.sent.Before(after) || l.lease.Within(archive.FloorLease)) {
 		x.mu.Unlock()
 		return l.floor, nil
 	}
 	r := x.next
 	mine := r == nil || r.sent.Before(after)
 	if mine {
-		r = &floorRead{sent: time.Now(), done: make(chan struct{})}
+		r = &floorRead{sent: time.Now(), lease: lease.Now(), done: make(chan struct{})}
 		x.next = r
 	}
 	x.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -214,4 +215,82 @@ func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, op.State)
 	pcancel()
 	require.NoError(t, <-done)
+}
+
+// A purge of the ops stream comes archive.PurgeDelay after its floor was
+// stored, never sooner: a read of the floor answers for a lease after it
+// (ADR 0028), so a purge right after a floor a reader did not see could
+// take an op the reader then runs again.
+func TestAPurgeWaitsItsDelayAfterItsFloor(t *testing.T) {
+	a, _ := countingApp(t, archiving(app.Config{}))
+	c, _ := apptest.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":8}`)}
+	out, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, out.State)
+	ops, err := a.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	last, err := oplog.Last(ctx, ops, "ws", out.OpID)
+	require.NoError(t, err)
+
+	var goneAt time.Time
+	require.Eventually(t, func() bool {
+		_, err := oplog.Last(ctx, ops, "ws", out.OpID)
+		goneAt = time.Now()
+		return err == oplog.ErrEmpty
+	}, 20*time.Second, 10*time.Millisecond, "op %s left the ops stream", out.OpID)
+
+	// The first floor above the op's events is the one its purge waited on.
+	arch, err := a.JetStream.Stream(ctx, streams.Archive)
+	require.NoError(t, err)
+	info, err := arch.Info(ctx)
+	require.NoError(t, err)
+	var storedAt time.Time
+	for seq := uint64(1); seq <= info.State.LastSeq && storedAt.IsZero(); seq++ {
+		m, err := arch.GetMsg(ctx, seq)
+		if err != nil || m.Subject != events.ArchiveFloorSubject {
+			continue
+		}
+		if f, err := strconv.ParseUint(m.Header.Get(archive.HeaderFloor), 10, 64); err == nil && f > last.Seq {
+			storedAt = m.Time
+		}
+	}
+	require.False(t, storedAt.IsZero(), "a floor above the op's events is stored")
+	assert.GreaterOrEqual(t, goneAt.Sub(storedAt), archive.PurgeDelay-50*time.Millisecond,
+		"the op left %v after the floor that covers it was stored", goneAt.Sub(storedAt))
+}
+
+// A read of the ops floor answers a retry's settle for archive.FloorLease
+// after it was sent, and no longer: a floor stored meanwhile purges nothing
+// before the lease ends (ADR 0028), and the first settle after it reads
+// the new floor.
+func TestTheFloorIsReadOncePerLease(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	arch := archive.New(n.JetStream)
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: arch})
+	require.NoError(t, err)
+	x := projector.NewArchived(p, st, n.JetStream)
+	require.NoError(t, x.Settle(ctx, time.Now()), "no floor: nothing to wait for")
+	leased := time.Now()
+
+	// Another process raises the floor far above this projection.
+	require.NoError(t, arch.RaiseFloor(ctx, 1<<40))
+	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = x.Settle(sctx, time.Now())
+	scancel()
+	if time.Since(leased) < archive.FloorLease-200*time.Millisecond {
+		require.NoError(t, err, "within the lease, the read before the new floor answers")
+	}
+	time.Sleep(time.Until(leased.Add(archive.FloorLease)))
+	sctx, scancel = context.WithTimeout(ctx, 200*time.Millisecond)
+	err = x.Settle(sctx, time.Now())
+	scancel()
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "past the lease, the new floor is read, and waited for")
 }

@@ -173,7 +173,7 @@ func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Tim
 		return
 	}
 	floor = min(floor, live)
-	if floor <= u.purged.Load()+1 || floor <= 1 {
+	if floor <= u.purged.Load() || floor <= 1 {
 		return
 	}
 	// The floor first: a retry whose first event is stored after the

@@ -117,7 +117,7 @@ func TestRetryOfAnArchivedOpRunsNothing(t *testing.T) {
 // holds of the op now (nothing), and folded into the op. A retry after it
 // gets the op's outcome.
 func TestResultOfAnArchivedOpIsErasedInTime(t *testing.T) {
-	a, counter := countingApp(t, archiving(app.Config{ResultTTL: 4 * time.Second, HoldExpiryInterval: 100 * time.Millisecond}))
+	a, counter := countingApp(t, archiving(app.Config{ResultTTL: 8 * time.Second, HoldExpiryInterval: 100 * time.Millisecond}))
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -461,4 +462,61 @@ func (d *deployment) procExited(i int) bool {
 	default:
 		return false
 	}
+}
+
+// Retries of ops whose events left the ops stream for the archive, sent
+// after the archive stream's leader node is killed, and again after the
+// node is back: each op ran once, and each retry is answered with the
+// op's own outcome (ADR 0026, 0028). The floor a process read before the
+// loss answers for its lease at most; the next read goes to the new
+// leader.
+func TestClusterRetryOfArchivedOpsThroughALeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	d := newDeployment(t, 2, "--archive-after", "1s")
+	js := d.cluster.jetStream(t, d.set)
+	c := d.agent(t, producers.WithWait(5*time.Second))
+	ops, err := js.Stream(context.Background(), streams.Ops)
+	require.NoError(t, err)
+	const n = 6
+	first := make([]producers.Outcome, n)
+	for i := range n {
+		first[i] = submitUntilEnd(t, c, d.execRequest(100+i), time.Minute)
+		require.Equal(t, events.StateCompleted, first[i].State, first[i].Message)
+	}
+	for i := range n {
+		waitFor(t, time.Minute, "op left the ops stream", func() bool {
+			_, err := oplog.Last(context.Background(), ops, clusterWS, first[i].OpID)
+			return errors.Is(err, oplog.ErrEmpty)
+		})
+	}
+	retry := func(round string) {
+		for i := range n {
+			out := submitUntilEnd(t, c, d.execRequest(100+i), 2*time.Minute)
+			assert.Equal(t, first[i].OpID, out.OpID, "%s: op %d", round, i)
+			assert.Equal(t, events.StateCompleted, out.State, "%s: op %d: %s", round, i, out.Message)
+			assert.Equal(t, first[i].ResultDigest, out.ResultDigest, "%s: op %d: its own outcome", round, i)
+			if last, err := oplog.Last(context.Background(), ops, clusterWS, first[i].OpID); err == nil {
+				assert.NotEmpty(t, last.Header.Get(events.HeaderRestates), "%s: op %d: answered from the archive", round, i)
+			}
+		}
+	}
+	name := leader(js, streams.Archive)
+	node := d.cluster.node(name)
+	require.NotNil(t, node, "the archive stream has a leader")
+	node.kill()
+	retry("after the archive's leader was killed")
+	waitFor(t, time.Minute, "a new leader", func() bool {
+		l := leader(js, streams.Archive)
+		return l != "" && l != name
+	})
+	node.start(t)
+	retry("with the node back")
+	want := map[int]int{}
+	for i := range n {
+		want[100+i] = 1
+	}
+	assert.Equal(t, want, d.markerCounts(t), "every op ran once")
+	d.checkAlive()
 }

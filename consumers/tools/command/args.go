@@ -34,6 +34,11 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 	if err != nil {
 		return Args{}, invalid("args must be a JSON object: %v", err)
 	}
+	return parseFields(fields, maxTimeout)
+}
+
+// parseFields checks and decodes the fields of the args' object.
+func parseFields(fields []field, maxTimeout time.Duration) (Args, error) {
 	var a Args
 	for i, f := range fields {
 		switch f.name {
@@ -47,7 +52,7 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 		switch f.name {
 		case "argv":
 			var argv []*string
-			if err := decodeOne(f.value, &argv); err != nil {
+			if err := json.Unmarshal(f.value, &argv); err != nil {
 				return Args{}, invalid("argv must be an array of strings")
 			}
 			a.Argv = make([]string, len(argv))
@@ -58,7 +63,7 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 				a.Argv[i] = *s
 			}
 		case "timeout_ms":
-			if err := decodeOne(f.value, &a.TimeoutMS); err != nil {
+			if err := json.Unmarshal(f.value, &a.TimeoutMS); err != nil {
 				return Args{}, invalid("timeout_ms must be an integer")
 			}
 			if a.TimeoutMS <= 0 {
@@ -106,8 +111,107 @@ type field struct {
 
 // objectFields splits one JSON object into its fields, in order, refusing
 // anything else, a repeated name, or data after the object. Its errors
-// say what is wrong and where, quoting nothing from b.
+// say what is wrong and where, quoting nothing from b. Each field's value
+// is exactly one JSON value, a slice of b.
 func objectFields(b []byte) ([]field, error) {
+	if json.Valid(b) {
+		if out, ok := validObjectFields(b); ok {
+			return out, nil
+		}
+	}
+	return decodeObjectFields(b)
+}
+
+// validObjectFields splits b, valid JSON, into its fields when it is an
+// object whose names are all different; ok is false otherwise (the
+// decoder then says what is wrong).
+func validObjectFields(b []byte) (out []field, ok bool) {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, false
+	}
+	i = skipSpace(b, i+1)
+	out = make([]field, 0, 2)
+	for i < len(b) && b[i] != '}' {
+		end := valueEnd(b, i) // the name, a string
+		name := string(b[i+1 : end-1])
+		if !plainASCII(b[i+1 : end-1]) {
+			// Escapes, or bytes the decoder would read as something
+			// else (invalid UTF-8): decoded as the decoder would.
+			if json.Unmarshal(b[i:end], &name) != nil {
+				return nil, false
+			}
+		}
+		for _, f := range out {
+			if f.name == name {
+				return nil, false
+			}
+		}
+		i = skipSpace(b, skipSpace(b, end)+1) // past the colon
+		end = valueEnd(b, i)
+		out = append(out, field{name, json.RawMessage(b[i:end])})
+		if i = skipSpace(b, end); i < len(b) && b[i] == ',' {
+			i = skipSpace(b, i+1)
+		}
+	}
+	return out, true
+}
+
+// plainASCII reports whether s holds only ASCII bytes and no backslash.
+func plainASCII(s []byte) bool {
+	for _, c := range s {
+		if c >= 0x80 || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// skipSpace returns the index of the first byte at or after i in b that
+// is not JSON white space.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd returns the index just past the JSON value that begins at
+// b[i]; b is valid JSON.
+func valueEnd(b []byte, i int) int {
+	depth := 0
+	for ; i < len(b); i++ {
+		switch c := b[i]; c {
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+			if depth < 0 {
+				return i
+			}
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+// decodeObjectFields is objectFields with the decoder, which finds and
+// places every error.
+func decodeObjectFields(b []byte) ([]field, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	tok, err := dec.Token()
 	if err != nil {
@@ -168,19 +272,6 @@ func kindOf(tok json.Token) string {
 		return "a boolean"
 	}
 	return "null"
-}
-
-// decodeOne decodes exactly one JSON value into v.
-func decodeOne(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("data after the value")
-	}
-	return nil
 }
 
 func invalid(format string, args ...any) error {

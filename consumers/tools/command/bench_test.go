@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 
 	"github.com/airlock-dev/airlock/consumers/tools/command"
 )
@@ -98,4 +99,16 @@ func BenchmarkForkExecTrueParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkParseArgs: an exec call's args are parsed by the gate (their
+// operands) and by the executor, once each.
+func BenchmarkParseArgs(b *testing.B) {
+	raw := []byte(`{"argv":["/bin/sh","-c","echo hello >> /tmp/marker"],"timeout_ms":5000}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := command.ParseArgs(raw, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -21,8 +21,13 @@ func (r *Runner) archived(ctx context.Context, jobs []*job) []*job {
 	if a == nil {
 		return jobs
 	}
-	// Every decided event of the batch was delivered before now.
-	if err := a.Settle(ctx, time.Now()); err != nil {
+	// Every decided event of the batch was delivered before now; each
+	// op's first event is below its decided event.
+	upTo := uint64(0)
+	for _, j := range jobs {
+		upTo = max(upTo, j.d.item.ReadySeq)
+	}
+	if err := a.Settle(ctx, time.Now(), upTo); err != nil {
 		for _, j := range jobs {
 			j.err = fmt.Errorf("%w: %w", errNotClaimed, err)
 			r.settle(j)

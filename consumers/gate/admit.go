@@ -81,7 +81,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 	for i, a := range adms {
 		seqs[i], errs[i] = a.append.Wait(wctx, g.ops)
 	}
-	settled := g.settleArchived(wctx, errs)
+	settled := g.settleArchived(wctx, seqs, errs)
 	for i, a := range adms {
 		seq, err := seqs[i], errs[i]
 		if err == nil && g.cfg.Archived != nil {

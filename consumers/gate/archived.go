@@ -17,19 +17,23 @@ import (
 )
 
 // settleArchived makes the archive's ops known before a batch's first
-// events are acted on: one Settle covers every append acknowledged before
-// it. It returns Settle's error; nil without an archive or when nothing
-// was appended.
-func (g *Gate) settleArchived(ctx context.Context, errs []error) error {
+// events, stored at seqs, are acted on: one Settle covers every append
+// acknowledged before it. It returns Settle's error; nil without an
+// archive or when nothing was appended.
+func (g *Gate) settleArchived(ctx context.Context, seqs []uint64, errs []error) error {
 	if g.cfg.Archived == nil {
 		return nil
 	}
-	for _, err := range errs {
+	upTo := uint64(0)
+	for i, err := range errs {
 		if err == nil {
-			return g.cfg.Archived.Settle(ctx, time.Now())
+			upTo = max(upTo, seqs[i])
 		}
 	}
-	return nil
+	if upTo == 0 {
+		return nil
+	}
+	return g.cfg.Archived.Settle(ctx, time.Now(), upTo)
 }
 
 // archivedRetry settles a with its first event stored at seq when that
@@ -129,7 +133,8 @@ func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Ev
 		if err == nil && first.Type.First() {
 			return found{}, false, nil // the op's own events are there
 		}
-		if err := g.cfg.Archived.Settle(ctx, time.Now()); err != nil {
+		// The op's events left before its erasure was stored.
+		if err := g.cfg.Archived.Settle(ctx, time.Now(), last.Seq); err != nil {
 			return found{}, false, err
 		}
 		if op := g.archivedOp(opID); op != nil {
@@ -143,7 +148,7 @@ func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Ev
 	if !last.Type.First() {
 		return found{}, false, nil
 	}
-	if err := g.cfg.Archived.Settle(ctx, time.Now()); err != nil {
+	if err := g.cfg.Archived.Settle(ctx, time.Now(), last.Seq); err != nil {
 		return found{}, false, err
 	}
 	op, err := g.cfg.Archived.Duplicate(opID, last.Seq)

@@ -106,8 +106,9 @@ type Archived interface {
 	// as last read, says left: before a batch's first events are stored.
 	CatchUp(ctx context.Context) error
 	// Settle returns once Duplicate knows every op that left the ops
-	// stream before after.
-	Settle(ctx context.Context, after time.Time) error
+	// stream before after, the events asked about being at or below
+	// upTo (0: not known).
+	Settle(ctx context.Context, after time.Time, upTo uint64) error
 	// Duplicate is the archived op of which the event at seq is a retry;
 	// nil when it is none.
 	Duplicate(opID string, seq uint64) (*events.Op, error)

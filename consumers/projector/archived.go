@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/archive"
-	"github.com/airlock-dev/airlock/internal/lease"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,12 +31,17 @@ type Archived struct {
 	mu   sync.Mutex
 	last *floorRead // the newest read answered
 	next *floorRead // the newest read sent
+
+	skipped atomic.Uint64 // settles the projection answered alone
 }
+
+// Skipped counts the settles that needed no read of the floor: the
+// projection had applied every message below the caller's events.
+func (x *Archived) Skipped() uint64 { return x.skipped.Load() }
 
 // floorRead is one read of the newest ops floor.
 type floorRead struct {
 	sent  time.Time
-	lease lease.Start // when it was sent, for archive.FloorLease
 	done  chan struct{}
 	floor uint64
 	err   error
@@ -55,12 +60,19 @@ const settleTimeout = 5 * time.Second
 // events left the ops stream before after: the caller's first events were
 // acknowledged before after. It reads, on the archive stream's leader,
 // the newest ops floor (every purge of the ops stream stores its floor
-// first), and waits for the projector to apply everything below it,
-// reading what left from the archive. One read answers every caller
-// whose acknowledgements came before it was sent, and, under the floor's
-// lease (archive.FloorLease, ADR 0028), every caller for a second after
-// that: a floor stored after the read purges nothing before then.
-func (x *Archived) Settle(ctx context.Context, after time.Time) error {
+// first; one read, sent after after, answers every caller waiting at
+// once), and waits for the projector to apply everything below it,
+// reading what left from the archive.
+//
+// No read is needed when the projector has applied every message below
+// upTo, the highest sequence among the caller's events (ADR 0028): an
+// op whose events left before one of them was stored left below it, and
+// is in the projection.
+func (x *Archived) Settle(ctx context.Context, after time.Time, upTo uint64) error {
+	if upTo > 0 && x.p.Applied()+1 >= upTo {
+		x.skipped.Add(1)
+		return nil
+	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, settleTimeout)
@@ -110,14 +122,14 @@ func (x *Archived) CatchUp(ctx context.Context) error {
 // floor is the newest ops floor, read after after.
 func (x *Archived) floor(ctx context.Context, after time.Time) (uint64, error) {
 	x.mu.Lock()
-	if l := x.last; l != nil && l.err == nil && (!l.sent.Before(after) || l.lease.Within(archive.FloorLease)) {
+	if l := x.last; l != nil && l.err == nil && !l.sent.Before(after) {
 		x.mu.Unlock()
 		return l.floor, nil
 	}
 	r := x.next
 	mine := r == nil || r.sent.Before(after)
 	if mine {
-		r = &floorRead{sent: time.Now(), lease: lease.Now(), done: make(chan struct{})}
+		r = &floorRead{sent: time.Now(), done: make(chan struct{})}
 		x.next = r
 	}
 	x.mu.Unlock()

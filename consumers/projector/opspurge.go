@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
-	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/periodic"
 	"github.com/airlock-dev/airlock/internal/store"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -63,13 +62,8 @@ type OpsPurgerConfig struct {
 type OpsPurger struct {
 	cfg     OpsPurgerConfig
 	samples []applied
-	// raised is the floor stored (or found stored) last and not purged
-	// below yet, and raisedAt when that was known: the purge below it
-	// waits archive.PurgeDelay from then (ADR 0028).
-	raised   uint64
-	raisedAt time.Time
-	purged   atomic.Uint64 // the floor of the last purge
-	purges   atomic.Uint64
+	purged  atomic.Uint64 // the floor of the last purge
+	purges  atomic.Uint64
 }
 
 // applied is how far the projector had got at a time.
@@ -128,28 +122,8 @@ func (u *OpsPurger) Run(ctx context.Context) error {
 	return nil
 }
 
-// purge purges below the floor stored at least archive.PurgeDelay ago,
-// when there is one, then stores the next floor, when it has risen. Every
-// purge so comes a purge delay after its floor was stored, or after a
-// higher one was found stored: a retry that read the floor less than the
-// lease before its first event was checked knows every op the purge can
-// have taken (Archived.Settle).
+// purge purges below the ops floor at now, when it has risen.
 func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Time) {
-	if u.raised > u.purged.Load() && now.Sub(u.raisedAt) >= archive.PurgeDelay {
-		floor := u.raised
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(events.OpSubjects), jetstream.WithPurgeSequence(floor)); err != nil {
-			if ctx.Err() == nil {
-				u.cfg.Logger.Warn("ops purge failed; trying again", "below", floor, "err", err)
-			}
-			return
-		}
-		u.purged.Store(floor)
-		u.purges.Add(1)
-		u.cfg.Logger.Debug("archived ops purged from the ops stream", "below", floor)
-	}
-	if u.raised > u.purged.Load() {
-		return // its delay is not over
-	}
 	p := u.cfg.Projector
 	cur := p.Applied()
 	u.samples = append(u.samples, applied{at: now, seq: cur})
@@ -186,8 +160,13 @@ func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Tim
 		}
 		return
 	}
-	// Measured from now, after the floor (or a higher one) is known to be
-	// stored, by the monotonic clock: a suspend of this machine only
-	// makes the wait longer.
-	u.raised, u.raisedAt = floor, time.Now()
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(events.OpSubjects), jetstream.WithPurgeSequence(floor)); err != nil {
+		if ctx.Err() == nil {
+			u.cfg.Logger.Warn("ops purge failed; trying again", "below", floor, "err", err)
+		}
+		return
+	}
+	u.purged.Store(floor)
+	u.purges.Add(1)
+	u.cfg.Logger.Debug("archived ops purged from the ops stream", "below", floor)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
@@ -39,19 +38,6 @@ var ErrBehind = errors.New("archive: another segment was stored first")
 
 // HeaderFloor is the header of a stored floor.
 const HeaderFloor = "Airlock-Ops-Floor"
-
-// The ops floor's lease (ADR 0028). No op event leaves the ops stream
-// below a floor until PurgeDelay after a floor as high was stored, by the
-// purger's monotonic clock. So a read of the newest floor answers, for
-// FloorLease after it was sent, for every event whose first event's
-// compare-and-swap was checked meanwhile: a floor stored after the read
-// purges nothing until PurgeDelay after it. FloorLease is half of
-// PurgeDelay, for the clocks of two machines and the time a purge takes
-// to reach the stream.
-const (
-	PurgeDelay = 2 * time.Second
-	FloorLease = PurgeDelay / 2
-)
 
 // Tail is the archive's end (every message of AIRLOCK_OPS below it has a
 // copy in a segment; 1 when the archive is empty) and the stream sequence

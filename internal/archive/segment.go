@@ -181,7 +181,7 @@ func decodeBody(b []byte, copyData bool) (*Segment, error) {
 		m := &s.Msgs[i]
 		d := r.uvarint()
 		m.Seq = prev + d
-		if r.err == nil && (d == 0 || m.Seq >= s.To) {
+		if r.err == nil && (d == 0 || d >= s.To-prev) { // no wrap past To
 			return nil, fmt.Errorf("%w: message %d at sequence %d, outside [%d, %d) or out of order", ErrCorrupt, i, m.Seq, s.From, s.To)
 		}
 		prev = m.Seq

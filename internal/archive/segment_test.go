@@ -139,3 +139,19 @@ func TestSegmentTooLargeOnceDecompressedIsCorrupt(t *testing.T) {
 	assert.ErrorIs(t, err, archive.ErrCorrupt)
 	assert.ErrorContains(t, err, "at most")
 }
+
+// A sequence step that wraps around past the range's end is corrupt, not a
+// message below From.
+func TestSegmentSequenceThatWrapsIsCorrupt(t *testing.T) {
+	b := []byte{1}
+	b = binary.AppendUvarint(b, 10) // From
+	b = binary.AppendUvarint(b, 20) // To
+	b = binary.AppendUvarint(b, 1)  // one message
+	b = binary.AppendUvarint(b, ^uint64(0)-5)
+	b = binary.AppendVarint(b, 0)  // time
+	b = append(b, 1, 's')          // subject
+	b = binary.AppendUvarint(b, 0) // no headers
+	b = binary.AppendUvarint(b, 0) // no data
+	_, err := archive.Decode(b)
+	assert.ErrorIs(t, err, archive.ErrCorrupt)
+}

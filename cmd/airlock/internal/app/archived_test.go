@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -199,7 +198,7 @@ func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
 	require.Nil(t, op, "not folded yet")
 
 	settled := make(chan error, 1)
-	go func() { settled <- x.Settle(ctx, time.Now()) }()
+	go func() { settled <- x.Settle(ctx, time.Now(), 1<<40) }()
 	select {
 	case err := <-settled:
 		t.Fatalf("settled before the projection reached the floor: %v", err)
@@ -217,56 +216,11 @@ func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
-// A purge of the ops stream comes archive.PurgeDelay after its floor was
-// stored, never sooner: a read of the floor answers for a lease after it
-// (ADR 0028), so a purge right after a floor a reader did not see could
-// take an op the reader then runs again.
-func TestAPurgeWaitsItsDelayAfterItsFloor(t *testing.T) {
-	a, _ := countingApp(t, archiving(app.Config{}))
-	c, _ := apptest.Client(t, a.ClientURL())
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req := events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"x":8}`)}
-	out, err := c.Submit(ctx, req)
-	require.NoError(t, err)
-	require.Equal(t, events.StateCompleted, out.State)
-	ops, err := a.JetStream.Stream(ctx, streams.Ops)
-	require.NoError(t, err)
-	last, err := oplog.Last(ctx, ops, "ws", out.OpID)
-	require.NoError(t, err)
-
-	var goneAt time.Time
-	require.Eventually(t, func() bool {
-		_, err := oplog.Last(ctx, ops, "ws", out.OpID)
-		goneAt = time.Now()
-		return err == oplog.ErrEmpty
-	}, 20*time.Second, 10*time.Millisecond, "op %s left the ops stream", out.OpID)
-
-	// The first floor above the op's events is the one its purge waited on.
-	arch, err := a.JetStream.Stream(ctx, streams.Archive)
-	require.NoError(t, err)
-	info, err := arch.Info(ctx)
-	require.NoError(t, err)
-	var storedAt time.Time
-	for seq := uint64(1); seq <= info.State.LastSeq && storedAt.IsZero(); seq++ {
-		m, err := arch.GetMsg(ctx, seq)
-		if err != nil || m.Subject != events.ArchiveFloorSubject {
-			continue
-		}
-		if f, err := strconv.ParseUint(m.Header.Get(archive.HeaderFloor), 10, 64); err == nil && f > last.Seq {
-			storedAt = m.Time
-		}
-	}
-	require.False(t, storedAt.IsZero(), "a floor above the op's events is stored")
-	assert.GreaterOrEqual(t, goneAt.Sub(storedAt), archive.PurgeDelay-50*time.Millisecond,
-		"the op left %v after the floor that covers it was stored", goneAt.Sub(storedAt))
-}
-
-// A read of the ops floor answers a retry's settle for archive.FloorLease
-// after it was sent, and no longer: a floor stored meanwhile purges nothing
-// before the lease ends (ADR 0028), and the first settle after it reads
-// the new floor.
-func TestTheFloorIsReadOncePerLease(t *testing.T) {
+// A settle needs no read of the ops floor once the projection has applied
+// every message below the events it is asked about: an op whose events
+// left before those were stored is in it (ADR 0028). Below that, the
+// floor is read, and waited for.
+func TestSettleNeedsNoReadOncePastTheEvents(t *testing.T) {
 	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -277,20 +231,32 @@ func TestTheFloorIsReadOncePerLease(t *testing.T) {
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: arch})
 	require.NoError(t, err)
 	x := projector.NewArchived(p, st, n.JetStream)
-	require.NoError(t, x.Settle(ctx, time.Now()), "no floor: nothing to wait for")
-	leased := time.Now()
-
-	// Another process raises the floor far above this projection.
+	// Another process raised the floor far above this projection, which
+	// has applied nothing.
 	require.NoError(t, arch.RaiseFloor(ctx, 1<<40))
-	sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	err = x.Settle(sctx, time.Now())
-	scancel()
-	if time.Since(leased) < archive.FloorLease-200*time.Millisecond {
-		require.NoError(t, err, "within the lease, the read before the new floor answers")
+	require.Zero(t, p.Applied())
+
+	require.NoError(t, x.Settle(ctx, time.Now(), 1), "the first message: nothing below it to wait for")
+	assert.Equal(t, uint64(1), x.Skipped())
+
+	// Three messages applied: events at 4 need no read; at 5, one.
+	for range 3 {
+		_, err := n.JetStream.Publish(ctx, events.ModeSubject("ws"), []byte(`{}`))
+		require.NoError(t, err)
 	}
-	time.Sleep(time.Until(leased.Add(archive.FloorLease)))
-	sctx, scancel = context.WithTimeout(ctx, 200*time.Millisecond)
-	err = x.Settle(sctx, time.Now())
-	scancel()
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "past the lease, the new floor is read, and waited for")
+	pctx, pcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	require.NoError(t, p.WaitApplied(ctx, 3))
+	require.NoError(t, x.Settle(ctx, time.Now(), 4))
+	assert.Equal(t, uint64(2), x.Skipped())
+	for _, upTo := range []uint64{0, 5, 1 << 30} {
+		sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err = x.Settle(sctx, time.Now(), upTo)
+		scancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "up to %d: the floor is read, and waited for", upTo)
+	}
+	assert.Equal(t, uint64(2), x.Skipped())
+	pcancel()
+	require.NoError(t, <-done)
 }

@@ -467,9 +467,8 @@ func (d *deployment) procExited(i int) bool {
 // Retries of ops whose events left the ops stream for the archive, sent
 // after the archive stream's leader node is killed, and again after the
 // node is back: each op ran once, and each retry is answered with the
-// op's own outcome (ADR 0026, 0028). The floor a process read before the
-// loss answers for its lease at most; the next read goes to the new
-// leader.
+// op's own outcome (ADR 0026). Each settle's read of the ops floor goes
+// to the archive stream's new leader.
 func TestClusterRetryOfArchivedOpsThroughALeaderLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")

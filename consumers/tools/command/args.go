@@ -34,11 +34,6 @@ func ParseArgs(raw []byte, maxTimeout time.Duration) (Args, error) {
 	if err != nil {
 		return Args{}, invalid("args must be a JSON object: %v", err)
 	}
-	return parseFields(fields, maxTimeout)
-}
-
-// parseFields checks and decodes the fields of the args' object.
-func parseFields(fields []field, maxTimeout time.Duration) (Args, error) {
 	var a Args
 	for i, f := range fields {
 		switch f.name {

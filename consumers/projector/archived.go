@@ -33,11 +33,16 @@ type Archived struct {
 	next *floorRead // the newest read sent
 
 	skipped atomic.Uint64 // settles the projection answered alone
+	reads   atomic.Uint64 // settles that waited on a read of the floor
 }
 
 // Skipped counts the settles that needed no read of the floor: the
 // projection had applied every message below the caller's events.
 func (x *Archived) Skipped() uint64 { return x.skipped.Load() }
+
+// Settles counts the settles that waited on a read of the ops floor, and
+// those the projection answered alone (Skipped).
+func (x *Archived) Settles() (read, answered uint64) { return x.reads.Load(), x.skipped.Load() }
 
 // floorRead is one read of the newest ops floor.
 type floorRead struct {
@@ -73,6 +78,7 @@ func (x *Archived) Settle(ctx context.Context, after time.Time, upTo uint64) err
 		x.skipped.Add(1)
 		return nil
 	}
+	x.reads.Add(1)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, settleTimeout)

@@ -43,6 +43,8 @@ type Config struct {
 	Live LiveFeed
 	// Results is the eraser's counts; nil for none.
 	Results ResultStats
+	// Archive is the archive's counts (ADR 0026); nil for none.
+	Archive ArchiveStats
 	// MaxLag is the projector lag, in messages of the ops stream, beyond
 	// which the process is not ready; zero for DefaultMaxLag.
 	MaxLag uint64
@@ -141,6 +143,17 @@ func (c retainedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// ArchiveStats is what a process with an archive of ended ops (ADR 0026)
+// counts: its projector's (ArchiveEnd, Filled), its purger's (Purges,
+// Floor) and its settles' (Settles).
+type ArchiveStats interface {
+	ArchiveEnd() uint64
+	Filled() uint64
+	Purges() uint64
+	Floor() uint64
+	Settles() (read, answered uint64)
+}
+
 // LiveFeed is the live feed's state (internal/livefeed.Feed).
 type LiveFeed interface {
 	On() bool
@@ -187,6 +200,9 @@ func New(cfg Config) (*Metrics, error) {
 				Name: ResultsEvicted,
 				Help: "Kept results this process erased before their retention ended, because their workspace kept more than --result-retain-bytes.",
 			}, func() float64 { return float64(r.Evicted()) }))
+	}
+	if a := cfg.Archive; a != nil {
+		cs = append(cs, archiveCollectors(a)...)
 	}
 	for _, c := range cs {
 		if err := m.reg.Register(c); err != nil {

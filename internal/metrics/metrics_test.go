@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/archive"
 	"github.com/airlock-dev/airlock/internal/livefeed"
 	"github.com/airlock-dev/airlock/internal/metrics"
 	"github.com/airlock-dev/airlock/internal/results"
@@ -26,11 +27,12 @@ import (
 // fixture is metrics over a real server and store, with a projector that
 // is never run: whatever is published to the ops stream stays unapplied.
 type fixture struct {
-	n       *testenv.NATS
-	p       *projector.Projector
-	m       *metrics.Metrics
-	audit   bool
-	stopped error
+	archived *projector.Archived
+	n        *testenv.NATS
+	p        *projector.Projector
+	m        *metrics.Metrics
+	audit    bool
+	stopped  error
 }
 
 func newFixture(t *testing.T, maxLag uint64) *fixture {
@@ -62,15 +64,30 @@ func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 		JetStream: n.JetStream, Store: st, Results: results.New(n.JetStream, results.DeploymentKeys{Opener: own}, own, nil),
 	})
 	require.NoError(t, err)
+	// The archive's counts come from a projector of their own, with an
+	// archive, its purger and its settles.
+	ap, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: archive.New(n.JetStream)})
+	require.NoError(t, err)
+	purger, err := projector.NewOpsPurger(projector.OpsPurgerConfig{JetStream: n.JetStream, Store: st, Projector: ap})
+	require.NoError(t, err)
+	f.archived = projector.NewArchived(ap, st, n.JetStream)
 	f.m, err = metrics.New(metrics.Config{
 		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag, Live: live,
 		Results:     eraser,
+		Archive:     archiveStats{ap, purger, f.archived},
 		AuditStatus: func() (bool, string) { return f.audit, "test" },
 		Running:     func() error { return f.stopped },
 		Timeout:     500 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	return f
+}
+
+// archiveStats joins the archive's counts, as serve does.
+type archiveStats struct {
+	*projector.Projector
+	*projector.OpsPurger
+	*projector.Archived
 }
 
 // publish appends n events to the ops stream (the projector is not
@@ -243,4 +260,32 @@ func TestHandlerWhenNotReady(t *testing.T) {
 func TestConfigRequiresSources(t *testing.T) {
 	_, err := metrics.New(metrics.Config{})
 	require.Error(t, err)
+}
+
+// The archive's settles are counted by how they were answered: with a
+// read of the ops floor, or by the projection alone.
+func TestArchiveSettlesAreCounted(t *testing.T) {
+	f := newFixture(t, 1000)
+	ctx := context.Background()
+	value := func(read string) float64 {
+		families, err := f.m.Registry().Gather()
+		require.NoError(t, err)
+		for _, fam := range families {
+			if fam.GetName() != metrics.ArchiveSettles {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				if m.GetLabel()[0].GetValue() == read {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+		t.Fatalf("%s{read=%q} not exported", metrics.ArchiveSettles, read)
+		return 0
+	}
+	require.NoError(t, f.archived.Settle(ctx, time.Now(), 1)) // nothing below it
+	require.NoError(t, f.archived.Settle(ctx, time.Now(), 0)) // unknown: read (no floor stored)
+	require.NoError(t, f.archived.Settle(ctx, time.Now(), 9)) // past the projection: read
+	assert.Equal(t, 1.0, value("no"))
+	assert.Equal(t, 2.0, value("yes"))
 }

@@ -41,6 +41,13 @@ const (
 	ResultsRetained = "airlock_results_retained_bytes" // gauge {workspace}
 	ResultsExpired  = "airlock_results_expired_total"  // counter
 	ResultsEvicted  = "airlock_results_evicted_total"  // counter
+
+	// The archive of ended ops (ADR 0026), when the process has one.
+	ArchiveEnd     = "airlock_archive_end_sequence"    // gauge
+	ArchivePurges  = "airlock_archive_purges_total"    // counter
+	ArchivePurged  = "airlock_archive_purged_below"    // gauge
+	ArchiveFilled  = "airlock_archive_gaps_read_total" // counter
+	ArchiveSettles = "airlock_archive_settles_total"   // counter {read}
 )
 
 // Names lists every Airlock metric family, in a slice the caller owns.
@@ -51,5 +58,6 @@ func Names() []string {
 		Events, Decisions, Rejected, Executions, Anomalies, HoldResolution, GrantToExec, ExecDuration,
 		Advisories, MaxDeliveries, Terminated, LiveFeedOn, LiveFeedSubs, LiveFeedChanges,
 		ResultsRetained, ResultsExpired, ResultsEvicted,
+		ArchiveEnd, ArchivePurges, ArchivePurged, ArchiveFilled, ArchiveSettles,
 	}
 }

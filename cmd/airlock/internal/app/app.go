@@ -213,6 +213,9 @@ type App struct {
 	// opsPurger lets archived ops leave the ops stream; nil when the
 	// stream denies purges.
 	opsPurger *projector.OpsPurger
+	// archiveStats are the archive's counts for the metrics; nil without
+	// an archive.
+	archiveStats metrics.ArchiveStats
 	// Store is the projection.
 	Store *store.Store
 
@@ -450,6 +453,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 		}); err != nil {
 			return err
 		}
+		a.archiveStats = archiveStats{Projector: a.Projector, OpsPurger: a.opsPurger, Archived: archived}
 	}
 	// The gate hands the args of ops it admits to this process's runner.
 	a.Handoff = handoff.New(0, 0)
@@ -528,7 +532,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	a.Metrics, err = metrics.New(metrics.Config{
 		Store: a.Store, Projector: a.Projector, JetStream: a.JetStream, Transitions: transitions,
 		AuditStatus: a.auditStatus, Running: a.running, MaxLag: cfg.ReadyMaxLag, Logger: cfg.Logger, Live: a.Live,
-		Results: a.Eraser,
+		Results: a.Eraser, Archive: a.archiveStats,
 	})
 	if err != nil {
 		return err
@@ -757,4 +761,12 @@ func runnerArchived(a *projector.Archived) executor.Archived {
 		return nil
 	}
 	return a
+}
+
+// archiveStats are the counts of the archive of ended ops (ADR 0026) the
+// metrics read: the projector's, the purger's and the settles'.
+type archiveStats struct {
+	*projector.Projector
+	*projector.OpsPurger
+	*projector.Archived
 }

@@ -128,7 +128,10 @@ func waitTerminalOrHeld(t *testing.T, a *app.App, id string) *events.Op {
 func TestMetricsAfterScriptedRun(t *testing.T) {
 	spec := confirmSpec()
 	a, counter := holdsApp(t, app.Config{
-		Policy: spec, MetricsListen: "127.0.0.1:0", ScrubInterval: 20 * time.Millisecond,
+		// An ops stream that lets ended ops leave for the archive, as
+		// serve makes one: the archive's metrics are exported too.
+		Streams: streams.Config{PurgeOps: true},
+		Policy:  spec, MetricsListen: "127.0.0.1:0", ScrubInterval: 20 * time.Millisecond,
 		Tools: app.ToolsConfig{
 			Remote:        map[string]string{"remote_echo": "tools.marker", "remote_silent": "tools.silent"},
 			RemoteTimeout: 300 * time.Millisecond,
@@ -189,6 +192,10 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 
 	settle(t, a, ops)
 	got := scrape(t, addr)
+
+	// Every first event was checked against the archive: by a read of
+	// the ops floor, or by the projection alone.
+	assert.Positive(t, got[`airlock_archive_settles_total{read="yes"}`]+got[`airlock_archive_settles_total{read="no"}`])
 
 	assert.Equal(t, map[string]float64{
 		`airlock_ops{state="ready"}`:     0,

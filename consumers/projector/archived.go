@@ -36,12 +36,9 @@ type Archived struct {
 	reads   atomic.Uint64 // settles that waited on a read of the floor
 }
 
-// Skipped counts the settles that needed no read of the floor: the
-// projection had applied every message below the caller's events.
-func (x *Archived) Skipped() uint64 { return x.skipped.Load() }
-
 // Settles counts the settles that waited on a read of the ops floor, and
-// those the projection answered alone (Skipped).
+// those the projection answered alone: it had applied every message below
+// the caller's events.
 func (x *Archived) Settles() (read, answered uint64) { return x.reads.Load(), x.skipped.Load() }
 
 // floorRead is one read of the newest ops floor.

@@ -69,12 +69,6 @@ const MaxDecodedBytes = 64 << 20
 // ErrCorrupt is wrapped by every error of Decode.
 var ErrCorrupt = errors.New("archive: segment does not decode")
 
-// Encode appends the segment's encoding to b (Encoder.Encode).
-func (s *Segment) Encode(b []byte) []byte {
-	var e Encoder
-	return append(b, e.Encode(s)...)
-}
-
 // Encoder encodes segments into buffers it keeps, for the next segment.
 // The zero value is ready to use; it is not safe for concurrent use.
 type Encoder struct {

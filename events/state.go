@@ -262,10 +262,12 @@ func (op *Op) next(data any) (State, error) {
 		return bad("claimed")
 	case *Started:
 		if d.Decision != nil {
-			// The op's first event, allowed and started at once by the
-			// gate's own process (ADR 0025): as decided would, then a
-			// first claim and its start.
-			if first(d.Decision.Request) && d.Attempt != "" && d.Claim != nil && d.Claim.Recovers == "" && d.Decision.OpHeader == d.OpHeader {
+			// Allowed and started at once by the gate's own process, as
+			// the op's first event (ADR 0025) or as the resume of its
+			// grant (ADR 0029): as decided would, then a first claim and
+			// its start.
+			decides := first(d.Decision.Request) || (from == StateGranted && d.Decision.Request != nil)
+			if decides && d.Attempt != "" && d.Claim != nil && d.Claim.Recovers == "" && d.Decision.OpHeader == d.OpHeader {
 				return StateExecuting, nil
 			}
 			return bad("started with a decision")

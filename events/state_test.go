@@ -53,6 +53,10 @@ func stateEvents() map[string]any {
 		"starting a1": &events.Started{OpHeader: stateHdr, Attempt: "a1",
 			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary(), PolicyHash: "sha256:p1", Reason: "tool allowed"},
 			Claim:    &events.Claim{Executor: "send_email", WorkSeq: 41, Delivery: 1, Consumer: "airlock-gate", Instance: "i1", Host: "h1"}},
+		// The same without the request's summary in its decision.
+		"starting a1 bare": &events.Started{OpHeader: stateHdr, Attempt: "a1",
+			Decision: &events.Decided{OpHeader: stateHdr, PolicyHash: "sha256:p1", Reason: "granted by alice"},
+			Claim:    &events.Claim{Executor: "send_email", WorkSeq: 43, Delivery: 1, Consumer: "airlock-resume"}},
 		"started a1":          &events.Started{OpHeader: stateHdr, Attempt: "a1"},
 		"started zz":          &events.Started{OpHeader: stateHdr, Attempt: "zz"},
 		"completed a1":        &events.Completed{OpHeader: stateHdr, Attempt: "a1", ResultDigest: "sha256:r1", ResultBytes: 13, DurationMS: 12},
@@ -74,27 +78,28 @@ var keptUntil = t0.Add(24 * time.Hour)
 
 // Histories that bring an op to each state, by name.
 var stateHistories = map[string][]string{
-	"new":                {},
-	"ready":              {"decided+summary"},
-	"held":               {"held+summary"},
-	"granted":            {"held+summary", "granted"},
-	"ready after grant":  {"held+summary", "granted", "decided+summary"},
-	"executing":          {"decided+summary", "claimed a1"},
-	"started":            {"decided+summary", "claimed a1", "started a1"},
-	"claimed by started": {"decided+summary", "claiming a1"},
-	"started by gate":    {"starting a1"},
-	"completed started":  {"decided+summary", "claimed a1", "started a1", "completed a1"},
-	"completed":          {"decided+summary", "claimed a1", "completed a1"},
-	"failed":             {"decided+summary", "failed"},
-	"failed executing":   {"decided+summary", "claimed a1", "failed a1"},
-	"denied":             {"denied+summary"},
-	"denied after hold":  {"held+summary", "denied"},
-	"expired":            {"held+summary", "expired"},
-	"ambiguous":          {"decided+summary", "claimed a1", "ambiguous a1"},
-	"completed scrubbed": {"decided+summary", "claimed a1", "completed a1", "scrubbed"},
-	"completed kept":     {"decided+summary", "claimed a1", "completed a1 kept"},
-	"kept erased":        {"decided+summary", "claimed a1", "completed a1 kept", "result_erased"},
-	"denied scrubbed":    {"denied+summary", "scrubbed"},
+	"new":                 {},
+	"ready":               {"decided+summary"},
+	"held":                {"held+summary"},
+	"granted":             {"held+summary", "granted"},
+	"ready after grant":   {"held+summary", "granted", "decided+summary"},
+	"executing":           {"decided+summary", "claimed a1"},
+	"started":             {"decided+summary", "claimed a1", "started a1"},
+	"claimed by started":  {"decided+summary", "claiming a1"},
+	"started by gate":     {"starting a1"},
+	"started after grant": {"held+summary", "granted", "starting a1"},
+	"completed started":   {"decided+summary", "claimed a1", "started a1", "completed a1"},
+	"completed":           {"decided+summary", "claimed a1", "completed a1"},
+	"failed":              {"decided+summary", "failed"},
+	"failed executing":    {"decided+summary", "claimed a1", "failed a1"},
+	"denied":              {"denied+summary"},
+	"denied after hold":   {"held+summary", "denied"},
+	"expired":             {"held+summary", "expired"},
+	"ambiguous":           {"decided+summary", "claimed a1", "ambiguous a1"},
+	"completed scrubbed":  {"decided+summary", "claimed a1", "completed a1", "scrubbed"},
+	"completed kept":      {"decided+summary", "claimed a1", "completed a1 kept"},
+	"kept erased":         {"decided+summary", "claimed a1", "completed a1 kept", "result_erased"},
+	"denied scrubbed":     {"denied+summary", "scrubbed"},
 }
 
 // allowed is the transition table as the state machine documents it:
@@ -129,6 +134,8 @@ var allowed = map[string]map[string]events.State{
 		"decided+summary": events.StateReady,
 		"denied":          events.StateDenied,
 		"denied+summary":  events.StateDenied,
+		// Resumed and started at once by a gate's process (ADR 0029).
+		"starting a1": events.StateExecuting,
 	},
 	"executing": {
 		"claimed a2 recov a1":  events.StateExecuting,
@@ -176,6 +183,7 @@ func init() {
 	// An op its gate's process started goes on as one claimed by a
 	// started event does.
 	allowed["started by gate"] = allowed["claimed by started"]
+	allowed["started after grant"] = allowed["claimed by started"]
 }
 
 // opAfter applies the named history to a fresh op, one second apart with
@@ -262,7 +270,8 @@ func TestApplyForbidden(t *testing.T) {
 		{name: "claiming recovery of another attempt", history: "claimed by started", ev: evs["claiming a2 recov zz"], msg: "started not allowed in state executing"},
 		{name: "started with a decision after decided", history: "ready", ev: evs["starting a1"], msg: "started with a decision not allowed in state ready"},
 		{name: "started with a decision twice", history: "started by gate", ev: evs["starting a1"], msg: "started with a decision not allowed in state executing"},
-		{name: "started with a decision after a grant", history: "granted", ev: evs["starting a1"], msg: "started with a decision not allowed in state granted"},
+		{name: "started with a decision after a grant, no summary", history: "granted", ev: evs["starting a1 bare"], msg: "started with a decision not allowed in state granted"},
+		{name: "started with a decision after a held", history: "held", ev: evs["starting a1"], msg: "started with a decision not allowed in state held"},
 		{name: "started with a decision but no claim", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a1",
 			Decision: &events.Decided{OpHeader: stateHdr, Request: testSummary()}}, msg: "started with a decision cannot start an op"},
 		{name: "started with a decision that recovers", history: "new", ev: &events.Started{OpHeader: stateHdr, Attempt: "a2",

@@ -200,3 +200,55 @@ func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	require.NoError(t, err)
 	return js
 }
+
+// TestCrashAfterSideEffectOfAGrantedOp kills airlock serve after the side
+// effect of a held op that its gate started itself when the grant's
+// delivery came (ADR 0029), and before the result is stored; then it
+// restarts it. The grant, delivered again, goes to recovery, which reads
+// the executor's own record and completes the op without running it
+// again.
+func TestCrashAfterSideEffectOfAGrantedOp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess crash test")
+	}
+	dir, ledger := t.TempDir(), t.TempDir()
+	addr := freePort(t)
+	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policy, []byte("tools: {count_slow: write}\ndefault_mode: auto\nworkspaces:\n  review: {mode: confirm}\n"), 0o600))
+	args := []string{"--claim-timeout", "1s", "--policy", policy}
+	srv := startServer(t, dir, addr, env, args...)
+	nc := srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count_slow", Args: json.RawMessage(`{"held":true}`)}
+	out, err := c.Submit(ctx, req)
+	require.NoError(t, err)
+	require.True(t, out.Held(), "held: %+v", out)
+	stdout, stderr, code := srv.run(t, "holds", "grant", out.HoldID, "--reason", "ok")
+	require.Equal(t, 0, code, stdout+stderr)
+	record := filepath.Join(ledger, out.OpID)
+	require.Eventually(t, func() bool { b, err := os.ReadFile(record); return err == nil && json.Valid(b) }, 30*time.Second, 10*time.Millisecond)
+
+	srv.kill() // the side effect is done; its result is not stored
+	srv = startServer(t, dir, addr, env, args...)
+
+	require.Eventually(t, func() bool {
+		out, err = c.Submit(ctx, req)
+		return err == nil && out.Terminal()
+	}, time.Minute, 50*time.Millisecond)
+	assert.Equal(t, events.StateCompleted, out.State, "%+v", out)
+	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
+	assert.True(t, os.IsNotExist(err), "executed twice")
+	recovered, err := os.ReadFile(filepath.Join(ledger, "RECOVERED"))
+	require.NoError(t, err)
+	assert.Equal(t, out.OpID+"\n", string(recovered))
+	// The lost attempt was started when the grant was delivered, and its
+	// record shows it ran: its own outcome is stored, with no second claim.
+	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeStarted, events.TypeCompleted},
+		testenv.OpEvents(t, mustJS(t, srv.connect(t, authority.ServiceName)), "review", out.OpID))
+}

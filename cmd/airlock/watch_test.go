@@ -186,8 +186,8 @@ func TestWatchGolden(t *testing.T) {
 	step(2)
 	granted := submit("review", "count", `{"f":1}`, 3) // held
 	step(1)
-	resolve("grant", granted, "reviewed") // granted, decided, started, completed
-	step(4)
+	resolve("grant", granted, "reviewed") // granted, started (with the decision), completed
+	step(3)
 	submit("demo", "format_disk", `{}`, 4) // denied
 	step(1)
 	denied := submit("review", "count", `{"f":2}`, 3) // held
@@ -233,7 +233,7 @@ func TestWatchGolden(t *testing.T) {
 			want = append(want, l)
 		}
 	}
-	require.Len(t, want, 8)
+	require.Len(t, want, 7)
 	reviewLines := review.lines(t, len(want))
 	for _, w := range []*watchProc{all, asJSON, review} {
 		assert.Equal(t, 0, w.stop(t), "Ctrl-C is a clean exit")

@@ -8,7 +8,6 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
-	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
@@ -68,12 +67,39 @@ func (r *Runner) Start(tool, op string) (release func(), ok bool) {
 	}, true
 }
 
+// Starts reports whether the gate of this process may start ops of tool
+// itself (Start may still refuse one: places taken, the op in hand).
+func (r *Runner) Starts(tool string) bool {
+	ex, found := r.cfg.Registry.Lookup(tool)
+	if !found {
+		return false
+	}
+	_, prepares := ex.(Preparer)
+	return !prepares
+}
+
+// OperandsUnchanged takes the hashes of the operands of a call of tool in
+// ws with args again, as the runner does before it claims a decided op,
+// and refuses (OPERANDS_CHANGED) when any differs from want, the
+// decision's record. A granted op's gate checks so before it starts the
+// op itself (ADR 0029): a hold lasts, and what was approved is what runs.
+// Any error means: decide the op instead, for the runner to refuse or
+// run.
+func (r *Runner) OperandsUnchanged(ctx context.Context, tool, ws string, args json.RawMessage, want map[string]string) error {
+	ex, ok := r.cfg.Registry.Lookup(tool)
+	if !ok {
+		return fmt.Errorf("executor: no executor of tool %s here", tool)
+	}
+	return operandsUnchanged(ctx, ex, Call{Workspace: ws, Args: args}, want)
+}
+
 // StartClaim is the claim of the first attempt of an op that the gate of
-// this process starts: made through delivery n of the request message
-// stored at reqSeq, to the gate's consumer.
-func (r *Runner) StartClaim(tool string, reqSeq, n uint64) *events.Claim {
+// this process starts: made through delivery n of the message stored at
+// workSeq to consumer, the op's work item (the request, to the gate's
+// consumer; or the granted event, to the resume consumer, ADR 0029).
+func (r *Runner) StartClaim(tool, consumer string, workSeq, n uint64) *events.Claim {
 	return &events.Claim{
-		Executor: tool, WorkSeq: reqSeq, Delivery: n, Consumer: streams.GateConsumer,
+		Executor: tool, WorkSeq: workSeq, Delivery: n, Consumer: consumer,
 		Runner: r.id, Instance: r.cfg.Instance, Host: r.cfg.Host,
 	}
 }
@@ -99,14 +125,15 @@ func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint
 	return r.execute(ctx, ex, call, item, seq, time.Now(), false)
 }
 
-// Recover settles m, a delivery of the request of an op whose first event,
-// first, is a started event of some gate's process (ADR 0025), and which
-// has not ended when the gate read it: m is acked, naked or left, as a
-// decided event's delivery would be. An attempt lost with its process is
-// recovered (judged by its executor; run again, ended from the executor's
-// records, or ended ambiguous); one in hand here, or held by a newer
-// delivery, is left alone.
-func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, first *events.Started, args json.RawMessage, replyTo string) {
+// Recover settles m, a delivery to consumer of the work item of an op
+// that some gate's process started itself (its request, ADR 0025; its
+// granted event, ADR 0029), first being that started event, with its
+// decision, and which has not ended when the gate read it: m is acked,
+// naked or left, as a decided event's delivery would be. An attempt lost
+// with its process is recovered (judged by its executor; run again,
+// ended from the executor's records, or ended ambiguous); one in hand
+// here, or held by a newer delivery, is left alone.
+func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, args json.RawMessage, replyTo string) {
 	md, err := m.Metadata()
 	if err != nil {
 		r.cfg.Logger.Error("request metadata", "subject", m.Subject(), "err", err)
@@ -134,7 +161,7 @@ func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, first *events.Sta
 	}
 	j := &job{
 		m:    m,
-		d:    delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered, consumer: streams.GateConsumer},
+		d:    delivery{item: item, workSeq: md.Sequence.Stream, n: md.NumDelivered, consumer: consumer},
 		log:  r.cfg.Logger.With("op", item.OpID, "ws", item.Workspace),
 		call: callOf(item),
 	}

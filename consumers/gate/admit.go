@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/policy"
 	"github.com/airlock-dev/airlock/internal/results"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
@@ -224,7 +225,7 @@ func (g *Gate) start(ctx context.Context, m jetstream.Msg) *admission {
 			d := data.(*events.Decided)
 			a.started = &events.Started{
 				OpHeader: d.OpHeader, Attempt: nuid.Next(), Decision: d,
-				Claim: g.cfg.Starter.StartClaim(req.Tool, a.reqSeq, md.NumDelivered),
+				Claim: g.cfg.Starter.StartClaim(req.Tool, streams.GateConsumer, a.reqSeq, md.NumDelivered),
 			}
 			a.release, typ, data, a.state = release, events.TypeStarted, a.started, events.StateExecuting
 			failpoint.Hit(failpoint.BeforeStart, req.Tool)
@@ -335,13 +336,22 @@ type found struct {
 	// reqSeq is the sequence of the op's own request message, from the
 	// request summary its first event carries (0 when it carries none).
 	reqSeq uint64
-	// started is the op's first event when it is a started event (ADR
-	// 0025) and the op has not ended: the op's request message is its
-	// work item. startedSeq is where it is stored.
+	// started is the op's started event with its decision when its
+	// request message is its work item (ADR 0025) and the op has not
+	// ended. startedSeq is where it is stored.
 	started    *events.Started
 	startedSeq uint64
 	// lastSeq is where the op's newest event is stored.
 	lastSeq uint64
+}
+
+// startedThroughRequest reports whether st is a started event that a
+// gate's process appended for an op it started itself with the op's
+// request as its work item (ADR 0025): a resumed op's (ADR 0029) has its
+// granted event instead, and a delivery of its request again is no
+// recovery of it.
+func startedThroughRequest(st *events.Started) bool {
+	return st.Decision != nil && st.Claim != nil && st.Claim.Consumer == streams.GateConsumer
 }
 
 // existing answers a request whose op already exists: a retry, within the
@@ -361,7 +371,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 	_, ended := events.OutcomeReply(last.Data)
 	f := found{lastSeq: last.Seq}
 	sum := summaryOf(last.Data)
-	if st, ok := last.Data.(*events.Started); ok && st.Decision != nil {
+	if st, ok := last.Data.(*events.Started); ok && startedThroughRequest(st) {
 		f.started, f.startedSeq = st, last.Seq
 	}
 	if sum == nil {
@@ -374,7 +384,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 			g.cfg.Logger.Warn("op's first event carries no request summary; the request is kept", "op", opID, "event_type", first.Type)
 			sum = &events.Summary{}
 		}
-		if st, ok := first.Data.(*events.Started); ok && st.Decision != nil && !ended {
+		if st, ok := first.Data.(*events.Started); ok && startedThroughRequest(st) && !ended {
 			f.started, f.startedSeq = st, first.Seq
 		}
 	}

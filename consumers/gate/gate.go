@@ -121,19 +121,25 @@ type Archived interface {
 // Starter is this process's runner, as the gate starts ops through it
 // (consumers/executor.Runner; ADR 0025).
 type Starter interface {
+	// Starts reports whether ops of tool may be started so at all.
+	Starts(tool string) bool
+	// OperandsUnchanged checks that a call's operands hash as the
+	// decision recorded them; an error: decide the op instead.
+	OperandsUnchanged(ctx context.Context, tool, ws string, args json.RawMessage, want map[string]string) error
 	// Start reserves a place for op, of tool, and holds the op in hand
 	// until release; false: decide it instead.
 	Start(tool, op string) (release func(), ok bool)
 	// StartClaim is the claim of an op's first attempt, made through
-	// delivery n of the request stored at reqSeq.
-	StartClaim(tool string, reqSeq, n uint64) *events.Claim
-	// RunStarted runs the attempt of the stored first event, which is
-	// stored at seq, and stores its outcome: nil means the request is
-	// acked.
+	// delivery n, to consumer, of the work item stored at workSeq (the
+	// request, or a resumed op's granted event).
+	StartClaim(tool, consumer string, workSeq, n uint64) *events.Claim
+	// RunStarted runs the attempt of the stored started event, which
+	// carries the decision and is stored at seq, and stores its outcome:
+	// nil means the work item is acked.
 	RunStarted(ctx context.Context, first *events.Started, seq uint64, args json.RawMessage, replyTo string) error
-	// Recover settles a delivery of the request of an op started so and
-	// not ended when the gate read it.
-	Recover(ctx context.Context, m jetstream.Msg, first *events.Started, args json.RawMessage, replyTo string)
+	// Recover settles a delivery, to consumer, of the work item of an op
+	// started so and not ended when the gate read it.
+	Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, args json.RawMessage, replyTo string)
 }
 
 // EnsureDefaults fills in the defaults of what is unset.
@@ -197,6 +203,10 @@ type Gate struct {
 	// holding is the requests of the ops this gate held, for the resume
 	// of their grants (resume.go).
 	holding *handoff.Store[heldRequest]
+	// grants is the grants this gate appended of ops that the gate taking
+	// their delivery starts itself (ADR 0029), for that delivery to take
+	// when it comes here.
+	grants *handoff.Store[*grant]
 }
 
 // New returns a gate.
@@ -209,7 +219,7 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
-	g := &Gate{cfg: cfg, w: w, modes: newModes(), ready: make(chan struct{}), holding: newHolding()}
+	g := &Gate{cfg: cfg, w: w, modes: newModes(), ready: make(chan struct{}), holding: newHolding(), grants: newGrantsKept()}
 	g.policy.Store(cfg.Policy)
 	g.source.Store(&cfg.PolicySource)
 	return g, nil

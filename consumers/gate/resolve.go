@@ -38,7 +38,14 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		return
 	}
 	var e *resuming
-	if grant != nil {
+	switch {
+	case grant != nil && g.resumeHere(grant.op):
+		// This process serves the op: the gate that takes the grant's
+		// delivery starts it (ADR 0029), this one with what it read
+		// already. Kept before the answer: the delivery may come first.
+		g.grants.Put(grant.op.ID, grant.seq, grant)
+		grant = nil
+	case grant != nil:
 		// Before the answer, and so before the approver can act on it,
 		// and as soon after the grant's append as can be: a delivery of
 		// the grant that arrives from now on waits for this resume.
@@ -53,7 +60,7 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		// to another gate loses its compare-and-swap on the granted event.
 		gctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
-		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held)
+		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held, nil, gctx)
 		g.resumed.end(grant.op.ID, e, err == nil)
 		if err != nil {
 			g.cfg.Logger.Info("hold not resumed at once; the resume consumer will", "op", grant.op.ID, "err", err)

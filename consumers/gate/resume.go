@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/handoff"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/periodic"
@@ -15,7 +16,15 @@ import (
 	"github.com/airlock-dev/airlock/internal/pull"
 	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
+
+// ResumeMaxAckPending bounds the grants delivered and not yet acked,
+// across every process of the deployment: a granted op that its gate's
+// process starts itself keeps its grant's delivery until it has ended
+// (ADR 0029), and each process starts at most executor.Config.Direct ops
+// itself at once; beyond this bound grants wait to be delivered.
+const ResumeMaxAckPending = 4096
 
 // runResume consumes granted events: each granted op is decided afresh
 // against the policy and controls in force now. The granted event is the
@@ -29,7 +38,7 @@ func (g *Gate) runResume(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       g.cfg.AckWait,
 		MaxDeliver:    -1,
-		MaxAckPending: 256,
+		MaxAckPending: ResumeMaxAckPending,
 	})
 	if ctx.Err() != nil {
 		return nil
@@ -45,14 +54,35 @@ func (g *Gate) runResume(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, m := range msgs {
 			wg.Go(func() {
-				if err := g.resume(ctx, m); err != nil {
+				err := g.resume(ctx, m)
+				switch {
+				case errors.Is(err, errInHand):
+					// The work item of an op this process runs: acked
+					// once the op has ended.
+				case err != nil:
 					g.retry(m, "resume", err)
-					return
+				default:
+					_ = m.Ack()
 				}
-				_ = m.Ack()
 			})
 		}
 		wg.Wait()
+	})
+}
+
+// MaxGrantsKept bounds the grants a gate keeps, from its appending them
+// to their delivery, of ops that the gate taking the delivery starts
+// itself (ADR 0029); the oldest is forgotten to make room, and its
+// delivery reads what it needs from the stream.
+const MaxGrantsKept = 1024
+
+// maxGrantsKeptBytes bounds the same grants by the size of their
+// requests' summaries.
+const maxGrantsKeptBytes = 4 << 20
+
+func newGrantsKept() *handoff.Store[*grant] {
+	return handoff.NewStore(MaxGrantsKept, maxGrantsKeptBytes, func(gr *grant) int {
+		return 256 + len(gr.held.Request.Operands)*64
 	})
 }
 
@@ -60,18 +90,27 @@ func (g *Gate) runResume(ctx context.Context) error {
 // control in force now denies it, in which case it ends denied with
 // RESUME_DENIED and never runs. A grant answers a hold, so a rule that
 // would hold it again does not.
+//
+// When this process serves the op's tool, the op is started here instead,
+// and m, its work item, is kept until the op has ended (errInHand; ADR
+// 0029).
 func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 	md, err := m.Metadata()
 	if err != nil {
 		return err
 	}
 	ws, opID, tool, _, okSubj := events.OpSubjectParts(m.Subject())
+	run := ctx // an op started here runs past this delivery's time-out
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
 	if okSubj && g.resumed.take(ctx, opID, md.Sequence.Stream) {
 		// Resumed by this gate when it appended this very event: nothing
 		// to decode or check.
 		return nil
+	}
+	if kept, ok := g.grants.Take(opID, md.Sequence.Stream); ok && okSubj {
+		// Appended by this gate, which read all that follows already.
+		return g.resumeGranted(ctx, kept.op, md.Sequence.Stream, kept.granted, kept.held, m, run)
 	}
 	_, _, data, err := events.DecodeStored(m.Headers(), m.Data())
 	if err != nil {
@@ -93,40 +132,145 @@ func (g *Gate) resume(ctx context.Context, m jetstream.Msg) error {
 		g.cfg.Logger.Warn("granted op has no held summary; skipped", "op", opID, "ws", ws)
 		return nil
 	}
-	return g.resumeGranted(ctx, op, md.Sequence.Stream, gr, held)
+	return g.resumeGranted(ctx, op, md.Sequence.Stream, gr, held, m, run)
 }
 
 // resumeGranted appends what follows the granted event at grantedSeq,
 // with compare-and-swap on it: of the gate that appended the grant and
 // the resume consumer's delivery (or two deliveries), one appends and the
 // others find the op moved on.
-func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64, gr *events.Granted, held *events.Held) error {
+func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64, gr *events.Granted, held *events.Held, m jetstream.Msg, run context.Context) error {
 	if held.Request == nil {
 		return errors.New("resume: the held event has no request summary")
 	}
-	typ, next, inbox := g.resumeEvent(ctx, op, gr, held)
-	if next == nil {
+	next := g.resumeEvent(ctx, op, gr, held)
+	if next.data == nil {
 		return errors.New("resume: request or controls unreadable")
+	}
+	if next.typ == events.TypeDecided && m != nil && g.resumeHere(op) && g.operandsUnchanged(ctx, op, next, held) {
+		if release, ok := g.startHere(op.Tool, op.ID); ok {
+			st, seq, err := g.startResumed(ctx, m, op, grantedSeq, next)
+			if err == nil {
+				g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", events.TypeStarted, "seq", seq)
+				g.runResumed(run, m, st, seq, next.req.Args, next.inbox, release)
+				return errInHand
+			}
+			release()
+			if !oplog.IsConflict(err) {
+				return err
+			}
+			return g.resumeConflict(ctx, m, op, grantedSeq, next, err, run)
+		}
+	}
+	if next.typ == events.TypeDecided && g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) {
+		// As for a first decision: the runner of this process takes the
+		// args from here, not from the stream, and the handoff is put
+		// before the append its runner may read first.
+		g.cfg.Handoff.Put(op.ID, held.Request.RequestSeq, next.req.Args)
 	}
 	// The decided event carries the request's own reply subject, so the
 	// executor answers a submitter that waits on it (a retry after the
 	// grant, from the same client).
-	seq, err := g.w.Append(ctx, g.ops, op, grantedSeq, typ, Source, next, oplog.ReplyTo(inbox))
+	inbox := next.inbox
+	if next.typ != events.TypeDecided {
+		inbox = ""
+	}
+	seq, err := g.w.Append(ctx, g.ops, op, grantedSeq, next.typ, Source, next.data, oplog.ReplyTo(inbox))
 	if oplog.IsConflict(err) {
-		last, lerr := oplog.Last(ctx, g.ops, op.Workspace, op.ID)
-		if lerr != nil {
-			return lerr
-		}
-		if last.Seq > grantedSeq {
-			return nil // resumed already, by an earlier delivery
-		}
-		return err
+		return g.resumeConflict(ctx, m, op, grantedSeq, next, err, run)
 	}
 	if err != nil {
 		return err
 	}
-	g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", typ, "seq", seq)
+	g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", next.typ, "seq", seq)
 	return nil
+}
+
+// operandsUnchanged reports whether the operands of the granted op's
+// call still hash as when it was held: a hold lasts, and what was
+// approved is what runs. When they do not (or cannot be read), the op is
+// decided instead, and the runner refuses it OPERANDS_CHANGED.
+func (g *Gate) operandsUnchanged(ctx context.Context, op oplog.Op, next resumeNext, held *events.Held) bool {
+	err := g.cfg.Starter.OperandsUnchanged(ctx, op.Tool, op.Workspace, next.req.Args, held.Request.Operands)
+	if err != nil {
+		g.cfg.Logger.Info("granted op decided, not started here: its operands", "op", op.ID, "ws", op.Workspace, "err", err)
+		return false
+	}
+	return true
+}
+
+// startResumed appends, against the granted event at grantedSeq, the
+// started event of an op that this process starts itself, claimed
+// through m, the grant's delivery (ADR 0029): the decision next carries,
+// and a first claim. It returns the event and where it is stored.
+func (g *Gate) startResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, grantedSeq uint64, next resumeNext) (*events.Started, uint64, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, 0, err
+	}
+	d := next.data.(*events.Decided)
+	st := &events.Started{
+		OpHeader: d.OpHeader, Attempt: nuid.Next(), Decision: d,
+		Claim: g.cfg.Starter.StartClaim(op.Tool, streams.ResumeConsumer, grantedSeq, md.NumDelivered),
+	}
+	failpoint.Hit(failpoint.BeforeStart, op.Tool)
+	seq, err := g.w.Append(ctx, g.ops, op, grantedSeq, events.TypeStarted, Source, st, oplog.ReplyTo(next.inbox))
+	return st, seq, err
+}
+
+// resumeConflict settles a resume whose append against the granted event
+// at grantedSeq lost its compare-and-swap (conflict): the op moved on.
+// When this process or another started it itself, through the grant's
+// delivery (ADR 0029), and it has not ended, m (a delivery of the grant
+// again) goes to the runner's recovery; otherwise the op was resumed
+// already, by an earlier delivery or by the gate that appended the grant.
+// m is nil when the gate that appended the grant resumes it.
+func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op, grantedSeq uint64, next resumeNext, conflict error, run context.Context) error {
+	last, err := oplog.Last(ctx, g.ops, op.Workspace, op.ID)
+	if err != nil {
+		return err
+	}
+	if last.Seq <= grantedSeq {
+		return conflict
+	}
+	if _, ended := events.OutcomeReply(last.Data); ended || m == nil {
+		return nil
+	}
+	st, err := g.startedThroughGrant(ctx, op, grantedSeq)
+	if err != nil || st == nil {
+		return err // nil, nil: decided, the runners' to settle
+	}
+	if next.req == nil {
+		return fmt.Errorf("resume: op %s started through its grant and not ended, and its request is unreadable", op.ID)
+	}
+	g.recoverResumed(run, m, op, st, next.req.Args, next.inbox)
+	return errInHand
+}
+
+// startedThroughGrant is the started event with which a gate's process
+// started op itself, claimed through the delivery of its granted event
+// at grantedSeq (ADR 0029); nil when the op was resumed otherwise (its
+// decided event is the work item of the runners' consumer). It is read
+// from the ops stream's leader: a replica behind must not have it taken
+// for one that is not there.
+func (g *Gate) startedThroughGrant(ctx context.Context, op oplog.Op, grantedSeq uint64) (*events.Started, error) {
+	subject := events.OpEventSubject(op.Workspace, op.ID, op.Tool, events.TypeStarted)
+	raw, err := oplog.LeaderNextMsg(ctx, g.cfg.JetStream, streams.Ops, grantedSeq+1, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ev, err := oplog.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := ev.Data.(*events.Started)
+	if !ok || st.Decision == nil || st.Claim == nil || st.Claim.Consumer != streams.ResumeConsumer || st.Claim.WorkSeq != grantedSeq {
+		return nil, nil
+	}
+	return st, nil
 }
 
 // maxResumed bounds the grants a gate remembers resuming itself until the
@@ -217,15 +361,24 @@ func (r *resumedSet) take(ctx context.Context, op string, seq uint64) bool {
 	return true
 }
 
-// resumeEvent is the event that follows a grant, and the request's valid
-// reply subject; nil when what it depends on could not be read (a
-// transient failure: the grant is redelivered).
-func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted, held *events.Held) (events.Type, any, string) {
-	deny := func(code events.Code, reason, hash string, d policy.Decision) (events.Type, any, string) {
-		return events.TypeDenied, &events.Denied{
+// resumeNext is the event that follows a grant (typ and data; nil data
+// when what it depends on could not be read, a transient failure: the
+// grant is redelivered), the request it resumes (nil when it is gone)
+// and the request's valid reply subject.
+type resumeNext struct {
+	typ   events.Type
+	data  any
+	req   *events.Request
+	inbox string
+}
+
+// resumeEvent is what follows a grant.
+func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted, held *events.Held) resumeNext {
+	deny := func(code events.Code, reason, hash string, d policy.Decision) resumeNext {
+		return resumeNext{typ: events.TypeDenied, data: &events.Denied{
 			OpHeader: gr.OpHeader, Code: events.CodeResumeDenied, HoldID: gr.HoldID, PolicyHash: hash,
 			Rule: d.Rule, Mode: string(d.Mode), Reason: string(code) + ": " + reason,
-		}, ""
+		}}
 	}
 	// The request and the controls in force are read at once: a grant's
 	// resume is where a person waits.
@@ -242,29 +395,25 @@ func (g *Gate) resumeEvent(ctx context.Context, op oplog.Op, gr *events.Granted,
 	}
 	if err != nil {
 		g.cfg.Logger.Warn("resume: request", "op", op.ID, "err", err)
-		return "", nil, ""
+		return resumeNext{}
 	}
 	if modeErr != nil {
 		g.cfg.Logger.Warn("resume: controls", "op", op.ID, "err", modeErr)
-		return "", nil, ""
-	}
-	d := g.decide(ctx, req, override)
-	if d.Outcome == policy.Deny {
-		return deny(d.Code, d.Reason, d.Hash, d)
+		return resumeNext{}
 	}
 	if !events.ValidReplyTo(inbox, req.Agent) {
 		inbox = ""
 	}
-	if g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) {
-		// As for a first decision: the runner of this process takes the
-		// args from here, not from the stream, and the handoff is put
-		// before the append its runner may read first.
-		g.cfg.Handoff.Put(op.ID, held.Request.RequestSeq, req.Args)
+	d := g.decide(ctx, req, override)
+	if d.Outcome == policy.Deny {
+		next := deny(d.Code, d.Reason, d.Hash, d)
+		next.req, next.inbox = req, inbox
+		return next
 	}
-	return events.TypeDecided, &events.Decided{
+	return resumeNext{typ: events.TypeDecided, data: &events.Decided{
 		OpHeader: gr.OpHeader, Request: held.Request, PolicyHash: d.Hash, Rule: d.Rule, Mode: string(d.Mode),
 		Reason: "granted by " + gr.Approver + ": " + gr.Reason, Results: g.retention(gr.Workspace),
-	}, inbox
+	}, req: req, inbox: inbox}
 }
 
 // Bounds of the requests a gate keeps of the ops it held. A hold the

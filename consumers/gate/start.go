@@ -2,8 +2,13 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/oplog"
+	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Ops this gate's process starts itself (ADR 0025; Config.Starter).
@@ -54,6 +59,58 @@ func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started)
 	g.inHand.Add(a.m)
 	g.running.Go(func() {
 		defer g.inHand.Drop(a.m)
-		g.cfg.Starter.Recover(ctx, a.m, first, a.req.Args, replyTo(a.m))
+		g.cfg.Starter.Recover(ctx, a.m, streams.GateConsumer, first, a.req.Args, replyTo(a.m))
+	})
+}
+
+// Resumed ops this gate's process starts itself (ADR 0029).
+//
+// A granted op that this process serves is started by the gate that
+// takes its granted event's delivery, with a started event that carries
+// the decision, and that delivery is its work item, as a request's is
+// for an op started at once: kept in progress while the op runs, acked
+// once its outcome is stored. A delivery of it again finds the op started
+// and not ended, and goes to the runner's recovery.
+
+// errInHand is resume's answer for a delivery this gate holds on to: it
+// is neither acked nor naked when the batch ends.
+var errInHand = errors.New("gate: the delivery is the work item of an op in hand")
+
+// resumeHere reports whether this gate would start granted op op itself,
+// rather than decide it: this process serves its tool in its workspace.
+func (g *Gate) resumeHere(op oplog.Op) bool {
+	return g.cfg.Starter != nil && g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) && g.cfg.Starter.Starts(op.Tool)
+}
+
+// runResumed runs the resumed op whose started event is stored at seq,
+// and acks m, the granted event's delivery, once its outcome is stored.
+func (g *Gate) runResumed(ctx context.Context, m jetstream.Msg, st *events.Started, seq uint64, args json.RawMessage, replyTo string, release func()) {
+	g.inHand.Add(m)
+	g.running.Go(func() {
+		defer release()
+		defer g.inHand.Drop(m)
+		if err := g.cfg.Starter.RunStarted(ctx, st, seq, args, replyTo); err != nil {
+			// The grant comes back after AckWait, and recovery decides.
+			g.cfg.Logger.Warn("resumed op left to recovery", "op", st.OpID, "ws", st.Workspace, "err", err)
+			return
+		}
+		_ = m.Ack()
+	})
+}
+
+// recoverResumed hands m, a delivery again of the granted event of an op
+// that a gate's process started itself (st, its started event), to the
+// runner's recovery; when this process does not serve the op's tool, m is
+// delivered again later, for one that does.
+func (g *Gate) recoverResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, st *events.Started, args json.RawMessage, replyTo string) {
+	if !g.resumeHere(op) {
+		g.cfg.Logger.Warn("a resumed op's grant left to a process that serves its tool", "op", op.ID, "ws", op.Workspace, "tool", op.Tool)
+		_ = m.NakWithDelay(g.cfg.AckWait)
+		return
+	}
+	g.inHand.Add(m)
+	g.running.Go(func() {
+		defer g.inHand.Drop(m)
+		g.cfg.Starter.Recover(ctx, m, streams.ResumeConsumer, st, args, replyTo)
 	})
 }

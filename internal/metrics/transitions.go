@@ -102,8 +102,9 @@ func (e *Transitions) apply(t *events.Transition) {
 			// Allowed and started at once (ADR 0025).
 			e.decisions.WithLabelValues(string(policy.Allow), "", d.Decision.Rule).Inc()
 		}
-		// A started event that makes a claim.
-		if t.From == events.StateReady && !t.Granted.IsZero() {
+		// A started event that makes a claim: of a decided op, or of a
+		// granted op that a gate's process started itself (ADR 0029).
+		if (t.From == events.StateReady || t.From == events.StateGranted) && !t.Granted.IsZero() {
 			e.grantToExec.Observe(seconds(t.At.Sub(t.Granted)))
 		}
 	case *events.Claimed:

@@ -30,6 +30,9 @@ func TestTransitionsEdgeCases(t *testing.T) {
 		// of an earlier version, and a started event that claims.
 		{Type: events.TypeClaimed, Data: &events.Claimed{}, From: events.StateReady, To: events.StateExecuting, Granted: t0.Add(time.Second), At: t0},
 		{Type: events.TypeStarted, Data: &events.Started{Claim: &events.Claim{}}, From: events.StateReady, To: events.StateExecuting, Granted: t0.Add(time.Second), At: t0},
+		// A granted op started at once by a gate's process (ADR 0029):
+		// its resume is no first decision.
+		{Type: events.TypeStarted, Data: &events.Started{Decision: &events.Decided{Rule: "wire"}, Claim: &events.Claim{}}, From: events.StateGranted, To: events.StateExecuting, Granted: t0, At: t0},
 	})
 	expected := `
 # HELP airlock_decisions_total First decisions on requests, by outcome (allow, hold, deny), error code (empty for allow) and policy rule (empty when no rule decided).
@@ -50,8 +53,8 @@ airlock_decisions_total{code="APPROVAL_REQUIRED",outcome="hold",rule="wire"} 1
 			assert.Equal(t, "expired", f.GetMetric()[0].GetLabel()[0].GetValue())
 			assert.Equal(t, 90.0, h.GetSampleSum())
 		case metrics.GrantToExec:
-			// The claimed event, and the started event that claims.
-			assert.Equal(t, uint64(2), f.GetMetric()[0].GetHistogram().GetSampleCount())
+			// The claimed event, and the two started events that claim.
+			assert.Equal(t, uint64(3), f.GetMetric()[0].GetHistogram().GetSampleCount())
 			assert.Equal(t, 0.0, f.GetMetric()[0].GetHistogram().GetSampleSum())
 		}
 	}

@@ -94,11 +94,12 @@ func TestGrantedOpResumesAfterRestart(t *testing.T) {
 	ranOnceAfterGrant(t, counter, n.JetStream, held.OpID)
 }
 
-// The gate that appends a grant resumes the op at once, by push: with
-// the resume consumer paused, the op still runs, once; the consumer's
-// delivery afterwards finds it resumed.
+// The gate that appends a grant of an op that its process does not start
+// itself resumes the op at once, by push: with the resume consumer
+// paused, the op is still decided and runs, once; the consumer's delivery
+// afterwards finds it resumed.
 func TestGrantResumesWithoutTheResumeConsumer(t *testing.T) {
-	a, counter := holdsApp(t, app.Config{})
+	a, counter := holdsApp(t, app.Config{GateDecidesAll: true})
 	c := agentClient(t, a)
 	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"pushed":1}`)})
 	waitHeldInProjection(t, a, held.OpID)
@@ -119,6 +120,39 @@ func TestGrantResumesWithoutTheResumeConsumer(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	}, 10*time.Second, 10*time.Millisecond, "the delivery is acknowledged")
+	ranOnceAs(t, counter, a.JetStream, held.OpID, grantedDecidedRun)
+}
+
+// A granted op that the gate's process starts itself (ADR 0029) has the
+// grant's delivery as its work item: it is kept while the op runs, and
+// acknowledged only once the op has ended.
+func TestResumedOpKeepsItsGrantUntilItEnds(t *testing.T) {
+	counter := &testexec.Counter{Dir: t.TempDir(), Delay: 2 * time.Second}
+	a := apptest.StartApp(t, app.Config{Auth: true, Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	c := agentClient(t, a)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"slow":1}`)})
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	_, err := approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "go")
+	require.NoError(t, err)
+	cons, err := a.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(counter.Dir, held.OpID))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the op runs")
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, info.NumAckPending, "the grant's delivery is kept while its op runs")
+	op, err := a.Store.Op(held.OpID)
+	require.NoError(t, err)
+	assert.False(t, op.State.Terminal(), "the op has not ended")
+
+	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, 10*time.Second, 10*time.Millisecond, "the delivery is acknowledged once the op has ended")
 	ranOnceAfterGrant(t, counter, a.JetStream, held.OpID)
 }
 

@@ -556,13 +556,24 @@ func TestBadResolutionsChangeNothing(t *testing.T) {
 }
 
 // grantedRun is the events of a held op in workspace review that was
-// granted and ran.
-var grantedRun = []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted}
+// granted and ran: the gate that took the grant's delivery started it
+// (ADR 0029).
+var grantedRun = []events.Type{events.TypeHeld, events.TypeGranted, events.TypeStarted, events.TypeCompleted}
+
+// grantedDecidedRun is the same when the op was decided on its resume
+// and then claimed by a runner.
+var grantedDecidedRun = []events.Type{events.TypeHeld, events.TypeGranted, events.TypeDecided, events.TypeStarted, events.TypeCompleted}
 
 // ranOnceAfterGrant asserts that op ran once, through its hold, its
 // grant and nothing else.
 func ranOnceAfterGrant(t *testing.T, counter *testexec.Counter, js jetstream.JetStream, op string) {
 	t.Helper()
+	ranOnceAs(t, counter, js, op, grantedRun)
+}
+
+// ranOnceAs asserts that op ran once, with the events want.
+func ranOnceAs(t *testing.T, counter *testexec.Counter, js jetstream.JetStream, op string, want []events.Type) {
+	t.Helper()
 	assert.Equal(t, 1, executions(t, counter, op))
-	assert.Equal(t, grantedRun, testenv.OpEvents(t, js, "review", op))
+	assert.Equal(t, want, testenv.OpEvents(t, js, "review", op))
 }

@@ -69,7 +69,9 @@ func chaosPlanFromEnv(t *testing.T) chaosPlan {
 // --replicas 3` processes, exec ops that each append their id to a marker
 // file, every request retried identically until it ends, while Airlock
 // processes and NATS nodes (the ops stream's leader among them) are
-// SIGKILLed at random and restarted. No id may be in the marker twice, no
+// SIGKILLed at random and restarted. One op in four is held, and granted
+// by an approver when its submit says so; its grant's delivery is then
+// the work item of the process that starts it (ADR 0029). No id may be in the marker twice, no
 // completed op may lack its line, every op must end, no ledger may be
 // left, and every data dir must hold the same sound audit log.
 func TestClusterChaos(t *testing.T) {
@@ -82,6 +84,7 @@ func TestClusterChaos(t *testing.T) {
 	d := newDeployment(t, 3, "--claim-timeout", "3s", "--log-level", "info")
 	js := d.cluster.jetStream(t, d.set)
 	c := d.agent(t, producers.WithWait(3*time.Second), producers.WithPollInterval(250*time.Millisecond))
+	ap := d.approver(t)
 
 	// The workers retry until their op ends, or until two minutes after
 	// the load stops: an op still open then is lost.
@@ -93,6 +96,7 @@ func TestClusterChaos(t *testing.T) {
 		lost     []int
 		next     atomic.Int64
 		stopLoad atomic.Bool
+		grants   atomic.Int64 // grants the approver sent, tries included
 	)
 	var workers sync.WaitGroup
 	for range plan.workers {
@@ -101,13 +105,20 @@ func TestClusterChaos(t *testing.T) {
 			defer workers.Done()
 			for !stopLoad.Load() {
 				id := int(next.Add(1))
-				req := d.execRequest(id)
+				req := chaosRequest(d, id)
 				var out producers.Outcome
 				for {
 					var err error
 					out, err = c.Submit(ctx, req) // a retry is the same request
 					if err == nil && out.Terminal() {
 						break
+					}
+					if err == nil && out.Held() {
+						// Granted until the hold says it was: a grant
+						// whose answer was lost is sent again, and told
+						// HOLD_RESOLVED.
+						grants.Add(1)
+						_, _ = ap.Resolve(ctx, req.Workspace, events.Resolution{HoldID: out.HoldID, ArgsDigest: out.ArgsDigest, Decision: events.DecisionGrant, Reason: "chaos"})
 					}
 					if ctx.Err() != nil {
 						mu.Lock()
@@ -190,11 +201,11 @@ func TestClusterChaos(t *testing.T) {
 	workers.Wait()
 	drain.Stop()
 	for _, id := range lost {
-		req := d.execRequest(id)
+		req := chaosRequest(d, id)
 		require.NoError(t, req.Validate())
 		_, op := req.Identity()
 		var evs []string
-		for _, e := range testenv.OpEvents(t, js, clusterWS, op) {
+		for _, e := range testenv.OpEvents(t, js, req.Workspace, op) {
 			evs = append(evs, e.Short())
 		}
 		t.Logf("lost op %d %s: events %v", id, op, evs)
@@ -229,7 +240,7 @@ func TestClusterChaos(t *testing.T) {
 			// Say why, and what the op's events were, before the check
 			// below fails the test.
 			var evs []string
-			for _, e := range testenv.OpEvents(t, js, clusterWS, out.OpID) {
+			for _, e := range testenv.OpEvents(t, js, chaosRequest(d, id).Workspace, out.OpID) {
 				evs = append(evs, e.Short())
 			}
 			t.Logf("op %d (%s) failed: %s: %s; events %v", id, out.OpID, out.Code, out.Message, evs)
@@ -238,6 +249,11 @@ func TestClusterChaos(t *testing.T) {
 			}
 			assert.Zero(t, n, "op %d (%s) failed but ran", id, out.OpID)
 		default:
+			var evs []string
+			for _, e := range testenv.OpEvents(t, js, chaosRequest(d, id).Workspace, out.OpID) {
+				evs = append(evs, e.Short())
+			}
+			t.Logf("op %d (%s) ended %s: %s: %s; events %v", id, out.OpID, out.State, out.Code, out.Message, evs)
 			assert.Zero(t, n, "op %d (%s) ended %s %s but ran", id, out.OpID, out.State, out.Code)
 		}
 		if tl := tally[out.OpID]; assert.NotNil(t, tl, "op %d has no events", id) {
@@ -256,10 +272,16 @@ func TestClusterChaos(t *testing.T) {
 			archivedOps++
 		}
 	}
-	summary := fmt.Sprintf("cluster chaos: %d ops in %s, kills: %d airlock, %d nats (%d of the ops stream leader); "+
+	held := 0
+	for id := range outcomes {
+		if chaosRequest(d, id).Workspace == clusterHeldWS {
+			held++
+		}
+	}
+	summary := fmt.Sprintf("cluster chaos: %d ops in %s (%d held and granted, %d grants sent), kills: %d airlock, %d nats (%d of the ops stream leader); "+
 		"completed %d, ambiguous %d, failed %d, other %d; double executions %d, completed without effect %d, lost %d; "+
 		"serve starts that failed %d; ops whose events left the stream for the archive %d; seed %d",
-		len(outcomes), loadTook.Round(time.Second), airlockKills.Load(), nodeKills.Load(), leaderKills.Load(),
+		len(outcomes), loadTook.Round(time.Second), held, grants.Load(), airlockKills.Load(), nodeKills.Load(), leaderKills.Load(),
 		counts[events.StateCompleted], counts[events.StateAmbiguous], counts[events.StateFailed],
 		len(outcomes)-counts[events.StateCompleted]-counts[events.StateAmbiguous]-counts[events.StateFailed],
 		doubles, missing, len(lost), d.startFailures, archivedOps, plan.seed)
@@ -304,4 +326,14 @@ func TestClusterChaos(t *testing.T) {
 
 	assert.Empty(t, lost, "ops that never ended")
 	assert.Zero(t, counts[events.StateFailed], "failed ops: nothing in this load fails")
+}
+
+// chaosRequest is op id's request in the chaos test: one in four is in
+// the workspace that holds exec ops.
+func chaosRequest(d *deployment, id int) events.Request {
+	req := d.execRequest(id)
+	if id%4 == 0 {
+		req.Workspace = clusterHeldWS
+	}
+	return req
 }

@@ -30,6 +30,10 @@ import (
 // clusterWS is the workspace the cluster tests' ops run in.
 const clusterWS = "cluster"
 
+// clusterHeldWS is the deployment's workspace in mode confirm: its exec
+// ops are held until an approver grants them.
+const clusterHeldWS = "cluster-held"
+
 // deployment is a three-node NATS cluster and n `airlock serve` processes
 // on it, each with its own data dir, as deploy/README.md runs them.
 type deployment struct {
@@ -70,8 +74,8 @@ func prepareDeployment(t testing.TB, n int, extra ...string) *deployment {
 	d.cluster = startCluster(t, set)
 	d.policy = filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(d.policy, []byte(fmt.Sprintf(
-		"tools: {exec: exec, apply_patch: write, echo: read, count: write}\ndefault_mode: auto\nworkspaces:\n  %s: {mode: auto, root: %q}\n",
-		clusterWS, d.root)), 0o600))
+		"tools: {exec: exec, apply_patch: write, echo: read, count: write}\ndefault_mode: auto\nworkspaces:\n  %[1]s: {mode: auto, root: %[3]q}\n  %[2]s: {mode: confirm, root: %[3]q}\n",
+		clusterWS, clusterHeldWS, d.root)), 0o600))
 	d.args = append([]string{"--nats-url", d.cluster.urls(), "--replicas", "3", "--policy", d.policy, "--metrics", "127.0.0.1:0"}, extra...)
 	t.Cleanup(func() {
 		for i := range d.procs {
@@ -220,6 +224,21 @@ func (d *deployment) agent(t testing.TB, opts ...producers.Option) *producers.Cl
 	return c
 }
 
+// approver connects as the deployment's approver.
+func (d *deployment) approver(t testing.TB) *producers.Approver {
+	t.Helper()
+	opt, err := authority.ConnectOption(d.set.CredsPath("approver"))
+	require.NoError(t, err)
+	seed, err := authority.Seed(d.set.CredsPath("approver"))
+	require.NoError(t, err)
+	nc, err := nats.Connect(d.cluster.urls(), opt, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	ap, err := producers.NewApprover(nc, "approver", producers.WithApproverKey(seed))
+	require.NoError(t, err)
+	return ap
+}
+
 // marker is the file every exec op of the deployment appends its id to.
 func (d *deployment) marker() string { return filepath.Join(d.root, "marker") }
 
@@ -304,7 +323,7 @@ type opTally struct {
 	archived int
 }
 
-// tallyOps reads every op event of the workspace once and counts each op's
+// tallyOps reads every op event of the workspaces once and counts each op's
 // terminal events. A read that fails (the cluster still settling after the
 // last kill) goes on from where it stopped.
 func tallyOps(t testing.TB, js jetstream.JetStream) map[string]*opTally {
@@ -364,11 +383,11 @@ func archived(t testing.TB, js jetstream.JetStream) []archive.Msg {
 	return nil
 }
 
-// tallyMsg counts an op event of the workspace into out; an outcome
+// tallyMsg counts an op event of the deployment's workspaces into out; an outcome
 // stated again for a retry of an archived op is no new outcome.
 func tallyMsg(out map[string]*opTally, subject string, h nats.Header) *opTally {
 	ws, op, _, verb, ok := events.OpSubjectParts(subject)
-	if !ok || ws != clusterWS || h.Get(events.HeaderRestates) != "" {
+	if !ok || (ws != clusterWS && ws != clusterHeldWS) || h.Get(events.HeaderRestates) != "" {
 		return nil
 	}
 	tl := out[op]
@@ -384,12 +403,12 @@ func tallyMsg(out map[string]*opTally, subject string, h nats.Header) *opTally {
 	return tl
 }
 
-// tallyFrom reads the workspace's op events from seq on (0: the first)
+// tallyFrom reads the deployment's workspaces' op events from seq on (0: the first)
 // into out, and returns where to go on from when it fails.
 func tallyFrom(js jetstream.JetStream, seq uint64, out map[string]*opTally, seen map[uint64]bool) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>"}}
+	cc := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"airlock.v1.op." + clusterWS + ".>", "airlock.v1.op." + clusterHeldWS + ".>"}}
 	if seq > 0 {
 		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
 	}

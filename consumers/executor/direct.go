@@ -128,18 +128,19 @@ func (r *Runner) RunStarted(ctx context.Context, first *events.Started, seq uint
 // Recover settles m, a delivery to consumer of the work item of an op
 // that some gate's process started itself (its request, ADR 0025; its
 // granted event, ADR 0029), first being that started event, with its
-// decision, and which has not ended when the gate read it: m is acked,
+// decision, stored at firstSeq, and which has not ended when the gate
+// read it: m is acked,
 // naked or left, as a decided event's delivery would be. An attempt lost
 // with its process is recovered (judged by its executor; run again,
 // ended from the executor's records, or ended ambiguous); one in hand
 // here, or held by a newer delivery, is left alone.
-func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, args json.RawMessage, replyTo string) {
+func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, firstSeq uint64, args json.RawMessage, replyTo string) {
 	md, err := m.Metadata()
 	if err != nil {
 		r.cfg.Logger.Error("request metadata", "subject", m.Subject(), "err", err)
 		return
 	}
-	item, ex, err := r.startedWork(first, 0, replyTo)
+	item, ex, err := r.startedWork(first, firstSeq, replyTo)
 	if err != nil {
 		// No executor of the tool here: a process that has one settles it.
 		r.cfg.Logger.Warn("op started by another process left to a process that serves its tool", "op", first.OpID, "err", err)
@@ -170,13 +171,19 @@ func (r *Runner) Recover(ctx context.Context, m jetstream.Msg, consumer string, 
 	r.settle(j)
 }
 
-// recoverStarted settles the job of a request delivery from the op's
+// recoverStarted settles the job of a work item's delivery from the op's
 // newest event: ended (answered and acked), claimed through another work
-// item (acked), held by a newer delivery (left), or lost (recovered).
+// item (acked), held by a newer delivery (left), or lost (recovered). A
+// read that does not reach the started event (a replica behind the
+// leader) is looked at again later: the op's earlier events (a hold's)
+// say nothing of the attempt.
 func (r *Runner) recoverStarted(ctx context.Context, ex Executor, j *job) error {
 	last, err := oplog.Last(ctx, r.ops, j.d.item.Workspace, j.d.item.OpID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotClaimed, err)
+	}
+	if last.Seq < j.d.item.ReadySeq {
+		return fmt.Errorf("%w: read of %s is behind its started event", errNotClaimed, j.d.item.OpID)
 	}
 	lost, err := r.attemptOf(ctx, j.d.item, last)
 	if err != nil {

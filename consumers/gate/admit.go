@@ -121,7 +121,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				// The op's work item is this very message (ADR 0025),
 				// delivered again: its attempt may be lost.
 				g.reply(replyTo(a.m), *a.reply)
-				g.recover(ctx, a, ex.started)
+				g.recover(ctx, a, ex.started, ex.startedSeq)
 				continue
 			}
 		case err != nil:

@@ -138,8 +138,9 @@ type Starter interface {
 	// nil means the work item is acked.
 	RunStarted(ctx context.Context, first *events.Started, seq uint64, args json.RawMessage, replyTo string) error
 	// Recover settles a delivery, to consumer, of the work item of an op
-	// started so and not ended when the gate read it.
-	Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, args json.RawMessage, replyTo string)
+	// started so, with the started event stored at firstSeq, and not
+	// ended when the gate read it.
+	Recover(ctx context.Context, m jetstream.Msg, consumer string, first *events.Started, firstSeq uint64, args json.RawMessage, replyTo string)
 }
 
 // EnsureDefaults fills in the defaults of what is unset.
@@ -196,7 +197,8 @@ type Gate struct {
 	ready  chan struct{}
 	// resumed is the grants this gate resumed when it appended them.
 	resumed resumedSet
-	// inHand is the requests of the ops this gate's process runs (Starter),
+	// inHand is the work items (requests, ADR 0025; grants, ADR 0029) of
+	// the ops this gate's process runs (Starter),
 	// kept in progress until each op has ended; running counts those ops.
 	inHand  pull.Held
 	running sync.WaitGroup
@@ -267,8 +269,20 @@ func (g *Gate) Run(ctx context.Context) error {
 		close(g.ready)
 	case <-gctx.Done():
 	}
-	grp.Go(func() error { return g.runResume(gctx) })
-	grp.Go(func() error { return g.runRequests(gctx) })
+	// What this process holds for the ops it runs (requests and grants,
+	// inHand) is beaten from before either consumer delivers until every
+	// such op has ended or stopped, after both consumers' handlers return.
+	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBeats()
+	go g.inHand.BeatEvery(bctx, g.cfg.AckWait/3)
+	grp.Go(func() error {
+		work, wctx := errgroup.WithContext(gctx)
+		work.Go(func() error { return g.runResume(wctx) })
+		work.Go(func() error { return g.runRequests(wctx) })
+		err := work.Wait()
+		g.running.Wait()
+		return err
+	})
 	grp.Go(func() error { g.forgetExpiredHolds(gctx); return nil })
 	return grp.Wait()
 }
@@ -352,13 +366,7 @@ func (g *Gate) runRequests(ctx context.Context) error {
 	// Requests in hand are beaten every third of this process's claim
 	// timeout, so the ack wait must not drop below it.
 	go streams.KeepAckWait(ctx, g.cfg.JetStream, streams.Requests, streams.GateConsumer, g.cfg.AckWait, g.cfg.AckWait/3, g.cfg.Logger)
-	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBeats()
-	go g.inHand.BeatEvery(bctx, g.cfg.AckWait/3)
-	err = pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
-	// The ops in hand end (or stop, as ctx has ended) before the beats.
-	g.running.Wait()
-	return err
+	return pull.Batches(ctx, cons, pull.Config{Loops: g.cfg.Loops, Max: g.cfg.MaxBatch, Heartbeat: g.cfg.AckWait / 3}, g.handleBatch)
 }
 
 // consumer creates or updates one of the gate's durable consumers, trying

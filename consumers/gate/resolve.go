@@ -62,7 +62,9 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		defer cancel()
 		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held, nil, gctx)
 		g.resumed.end(grant.op.ID, e, err == nil)
-		if err != nil {
+		if errors.Is(err, errPushLost) {
+			g.cfg.Logger.Debug("hold resumed by its grant's delivery first", "op", grant.op.ID)
+		} else if err != nil {
 			g.cfg.Logger.Info("hold not resumed at once; the resume consumer will", "op", grant.op.ID, "err", err)
 		}
 	}

@@ -54,6 +54,12 @@ func (g *Gate) runResume(ctx context.Context) error {
 		var wg sync.WaitGroup
 		for _, m := range msgs {
 			wg.Go(func() {
+				if ctx.Err() != nil {
+					// Stopping: nothing starts now; another process
+					// takes the grant.
+					_ = m.Nak()
+					return
+				}
 				err := g.resume(ctx, m)
 				switch {
 				case errors.Is(err, errInHand):
@@ -82,7 +88,11 @@ const maxGrantsKeptBytes = 4 << 20
 
 func newGrantsKept() *handoff.Store[*grant] {
 	return handoff.NewStore(MaxGrantsKept, maxGrantsKeptBytes, func(gr *grant) int {
-		return 256 + len(gr.held.Request.Operands)*64
+		n := 256
+		if gr.held != nil && gr.held.Request != nil {
+			n += len(gr.held.Request.Operands) * 64
+		}
+		return n
 	})
 }
 
@@ -150,6 +160,12 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 	if next.typ == events.TypeDecided && m != nil && g.resumeHere(op) && g.operandsUnchanged(ctx, op, next, held) {
 		if release, ok := g.startHere(op.Tool, op.ID); ok {
 			st, seq, err := g.startResumed(ctx, m, op, grantedSeq, next)
+			if oplog.IsConflict(err) {
+				// Lost, or this very append landed and its answer was
+				// lost: when the op's newest event is it, it is this
+				// delivery's to run.
+				seq, err = g.ownStart(ctx, op, grantedSeq, st, err)
+			}
 			if err == nil {
 				g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", events.TypeStarted, "seq", seq)
 				g.runResumed(run, m, st, seq, next.req.Args, next.inbox, release)
@@ -218,14 +234,40 @@ func (g *Gate) startResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, g
 	return st, seq, err
 }
 
+// ownStart settles a started append of this gate's that was reported to
+// have lost its compare-and-swap (conflict): when the first started event
+// after the grant is this very one (mine; its answer was lost, and a
+// read-back lagged) and nothing came after it, it returns its sequence,
+// for the caller to run the op; otherwise conflict.
+func (g *Gate) ownStart(ctx context.Context, op oplog.Op, grantedSeq uint64, mine *events.Started, conflict error) (uint64, error) {
+	st, seq, err := g.startedThroughGrant(ctx, op, grantedSeq)
+	if err != nil || st == nil || st.Attempt != mine.Attempt {
+		return 0, conflict
+	}
+	last, err := oplog.LeaderLastMsg(ctx, g.cfg.JetStream, streams.Ops, events.OpFilter(op.Workspace, op.ID))
+	if err != nil || last.Sequence != seq {
+		return 0, conflict
+	}
+	return seq, nil
+}
+
+// errPushLost is the push resume's answer when its append lost to another
+// (a delivery of the grant, in this process or another): the resume is
+// not this push's, and that delivery, or one of it again, settles it.
+var errPushLost = errors.New("gate: the grant was resumed by its delivery")
+
 // resumeConflict settles a resume whose append against the granted event
 // at grantedSeq lost its compare-and-swap (conflict): the op moved on.
 // When this process or another started it itself, through the grant's
 // delivery (ADR 0029), and it has not ended, m (a delivery of the grant
 // again) goes to the runner's recovery; otherwise the op was resumed
 // already, by an earlier delivery or by the gate that appended the grant.
-// m is nil when the gate that appended the grant resumes it.
+// m is nil when the gate that appended the grant resumes it: that push
+// is then no resume of its own (errPushLost), whatever the op did.
 func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op, grantedSeq uint64, next resumeNext, conflict error, run context.Context) error {
+	if m == nil {
+		return errPushLost
+	}
 	last, err := oplog.Last(ctx, g.ops, op.Workspace, op.ID)
 	if err != nil {
 		return err
@@ -233,17 +275,17 @@ func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op,
 	if last.Seq <= grantedSeq {
 		return conflict
 	}
-	if _, ended := events.OutcomeReply(last.Data); ended || m == nil {
+	if _, ended := events.OutcomeReply(last.Data); ended {
 		return nil
 	}
-	st, err := g.startedThroughGrant(ctx, op, grantedSeq)
+	st, seq, err := g.startedThroughGrant(ctx, op, grantedSeq)
 	if err != nil || st == nil {
 		return err // nil, nil: decided, the runners' to settle
 	}
 	if next.req == nil {
 		return fmt.Errorf("resume: op %s started through its grant and not ended, and its request is unreadable", op.ID)
 	}
-	g.recoverResumed(run, m, op, st, next.req.Args, next.inbox)
+	g.recoverResumed(run, m, op, st, seq, next.req.Args, next.inbox)
 	return errInHand
 }
 
@@ -253,24 +295,24 @@ func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op,
 // decided event is the work item of the runners' consumer). It is read
 // from the ops stream's leader: a replica behind must not have it taken
 // for one that is not there.
-func (g *Gate) startedThroughGrant(ctx context.Context, op oplog.Op, grantedSeq uint64) (*events.Started, error) {
+func (g *Gate) startedThroughGrant(ctx context.Context, op oplog.Op, grantedSeq uint64) (*events.Started, uint64, error) {
 	subject := events.OpEventSubject(op.Workspace, op.ID, op.Tool, events.TypeStarted)
 	raw, err := oplog.LeaderNextMsg(ctx, g.cfg.JetStream, streams.Ops, grantedSeq+1, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	ev, err := oplog.Decode(raw)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	st, ok := ev.Data.(*events.Started)
 	if !ok || st.Decision == nil || st.Claim == nil || st.Claim.Consumer != streams.ResumeConsumer || st.Claim.WorkSeq != grantedSeq {
-		return nil, nil
+		return nil, 0, nil
 	}
-	return st, nil
+	return st, ev.Seq, nil
 }
 
 // maxResumed bounds the grants a gate remembers resuming itself until the

@@ -49,7 +49,7 @@ func (g *Gate) runStarted(ctx context.Context, a *admission, seq uint64) {
 // recover hands a delivery of a started op's request to the runner's
 // recovery, when this process serves the op's tool in its workspace;
 // else it is delivered again later, for a process that does.
-func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started) {
+func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started, firstSeq uint64) {
 	if g.cfg.Starter == nil || g.cfg.Local == nil || !g.cfg.Local(a.req.Workspace, a.req.Tool) {
 		g.cfg.Logger.Warn("a started op's request left to a process that serves its tool",
 			"op", a.opID, "ws", a.req.Workspace, "tool", a.req.Tool)
@@ -59,7 +59,7 @@ func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started)
 	g.inHand.Add(a.m)
 	g.running.Go(func() {
 		defer g.inHand.Drop(a.m)
-		g.cfg.Starter.Recover(ctx, a.m, streams.GateConsumer, first, a.req.Args, replyTo(a.m))
+		g.cfg.Starter.Recover(ctx, a.m, streams.GateConsumer, first, firstSeq, a.req.Args, replyTo(a.m))
 	})
 }
 
@@ -102,7 +102,7 @@ func (g *Gate) runResumed(ctx context.Context, m jetstream.Msg, st *events.Start
 // that a gate's process started itself (st, its started event), to the
 // runner's recovery; when this process does not serve the op's tool, m is
 // delivered again later, for one that does.
-func (g *Gate) recoverResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, st *events.Started, args json.RawMessage, replyTo string) {
+func (g *Gate) recoverResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, st *events.Started, seq uint64, args json.RawMessage, replyTo string) {
 	if !g.resumeHere(op) {
 		g.cfg.Logger.Warn("a resumed op's grant left to a process that serves its tool", "op", op.ID, "ws", op.Workspace, "tool", op.Tool)
 		_ = m.NakWithDelay(g.cfg.AckWait)
@@ -111,6 +111,6 @@ func (g *Gate) recoverResumed(ctx context.Context, m jetstream.Msg, op oplog.Op,
 	g.inHand.Add(m)
 	g.running.Go(func() {
 		defer g.inHand.Drop(m)
-		g.cfg.Starter.Recover(ctx, m, streams.ResumeConsumer, st, args, replyTo)
+		g.cfg.Starter.Recover(ctx, m, streams.ResumeConsumer, st, seq, args, replyTo)
 	})
 }

@@ -147,51 +147,84 @@ func TestCrashAfterSideEffect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash test")
 	}
-	dir, ledger := t.TempDir(), t.TempDir()
-	addr := freePort(t)
-	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
-	srv := startServer(t, dir, addr, env, "--claim-timeout", "1s")
-	nc := srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
+	k := startKillable(t, "--claim-timeout", "1s")
 	req := events.Request{Workspace: "crash", Agent: "agent", Tool: "count_slow", Args: json.RawMessage(`{"once":true}`)}
-	out, err := c.Submit(ctx, req)
+	out, err := k.c.Submit(k.ctx, req)
 	require.NoError(t, err)
 	require.True(t, out.Pending)
-	record := filepath.Join(ledger, out.OpID)
-	// The record is whole (the executor writes it, then syncs it): a kill
-	// between its creation and its write would leave it torn, which is
-	// recovered as ambiguous, not what this test is about.
-	require.Eventually(t, func() bool { b, err := os.ReadFile(record); return err == nil && json.Valid(b) }, 30*time.Second, 10*time.Millisecond)
+	k.killAfterEffect(t, out.OpID)
 
-	srv.kill() // the side effect is done; its result is not stored
-	srv = startServer(t, dir, addr, env, "--claim-timeout", "1s")
-
-	require.Eventually(t, func() bool {
-		out, err = c.Submit(ctx, req)
-		return err == nil && out.Terminal()
-	}, time.Minute, 50*time.Millisecond)
-	assert.Equal(t, events.StateCompleted, out.State)
+	out = k.recoveredOnce(t, req)
 	// The recovered result is the executor's record of the call; it went to
 	// the reply only, so a Submit that missed it has the digest alone.
 	assert.Equal(t, events.Digest([]byte(`{"once":true}`)), out.ResultDigest)
 	if out.Result != nil {
 		assert.JSONEq(t, `{"once":true}`, string(out.Result))
 	}
-	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
-	assert.True(t, os.IsNotExist(err), "executed twice")
-	recovered, err := os.ReadFile(filepath.Join(ledger, "RECOVERED"))
-	require.NoError(t, err)
-	assert.Equal(t, out.OpID+"\n", string(recovered))
 	// The lost attempt started (the gate's process started it, ADR
 	// 0025), and its record shows it ran: its own outcome is stored, with
 	// no second claim.
 	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted},
-		testenv.OpEvents(t, mustJS(t, srv.connect(t, authority.ServiceName)), "crash", out.OpID))
+		testenv.OpEvents(t, mustJS(t, k.srv.connect(t, authority.ServiceName)), "crash", out.OpID))
+}
+
+// killable is an airlock serve, with the counting executors, that a test
+// kills and starts again on the same data dir, and an agent's client of
+// it that reconnects.
+type killable struct {
+	srv         *server
+	dir, ledger string
+	addr        string
+	env, args   []string
+	c           *producers.Client
+	ctx         context.Context
+}
+
+func startKillable(t *testing.T, args ...string) *killable {
+	t.Helper()
+	k := &killable{dir: t.TempDir(), ledger: t.TempDir(), addr: freePort(t), args: args}
+	k.env = []string{"AIRLOCK_TEST_LEDGER=" + k.ledger}
+	k.srv = startServer(t, k.dir, k.addr, k.env, args...)
+	nc := k.srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	k.c, k.ctx = c, ctx
+	return k
+}
+
+// killAfterEffect waits for op's side effect, kills serve before its
+// result is stored, and starts it again.
+func (k *killable) killAfterEffect(t *testing.T, op string) {
+	t.Helper()
+	// The record is whole (the executor writes it, then syncs it): a kill
+	// between its creation and its write would leave it torn, which is
+	// recovered as ambiguous, not what these tests are about.
+	record := filepath.Join(k.ledger, op)
+	require.Eventually(t, func() bool { b, err := os.ReadFile(record); return err == nil && json.Valid(b) }, 30*time.Second, 10*time.Millisecond)
+	k.srv.kill() // the side effect is done; its result is not stored
+	k.srv = startServer(t, k.dir, k.addr, k.env, k.args...)
+}
+
+// recoveredOnce submits req again until its op ends, and checks that it
+// completed, through recovery, having run once.
+func (k *killable) recoveredOnce(t *testing.T, req events.Request) producers.Outcome {
+	t.Helper()
+	var out producers.Outcome
+	require.Eventually(t, func() bool {
+		var err error
+		out, err = k.c.Submit(k.ctx, req)
+		return err == nil && out.Terminal()
+	}, time.Minute, 50*time.Millisecond)
+	assert.Equal(t, events.StateCompleted, out.State, "%+v", out)
+	_, err := os.Stat(filepath.Join(k.ledger, "DOUBLE"))
+	assert.True(t, os.IsNotExist(err), "executed twice")
+	recovered, err := os.ReadFile(filepath.Join(k.ledger, "RECOVERED"))
+	require.NoError(t, err)
+	assert.Equal(t, out.OpID+"\n", string(recovered))
+	return out
 }
 
 func mustJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
@@ -211,44 +244,20 @@ func TestCrashAfterSideEffectOfAGrantedOp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash test")
 	}
-	dir, ledger := t.TempDir(), t.TempDir()
-	addr := freePort(t)
-	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger}
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	require.NoError(t, os.WriteFile(policy, []byte("tools: {count_slow: write}\ndefault_mode: auto\nworkspaces:\n  review: {mode: confirm}\n"), 0o600))
-	args := []string{"--claim-timeout", "1s", "--policy", policy}
-	srv := startServer(t, dir, addr, env, args...)
-	nc := srv.connect(t, "agent", nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	c, err := producers.New(nc, producers.WithWait(200*time.Millisecond), producers.WithPollInterval(50*time.Millisecond))
-	require.NoError(t, err)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
+	k := startKillable(t, "--claim-timeout", "1s", "--policy", policy)
 	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count_slow", Args: json.RawMessage(`{"held":true}`)}
-	out, err := c.Submit(ctx, req)
+	out, err := k.c.Submit(k.ctx, req)
 	require.NoError(t, err)
 	require.True(t, out.Held(), "held: %+v", out)
-	stdout, stderr, code := srv.run(t, "holds", "grant", out.HoldID, "--reason", "ok")
+	stdout, stderr, code := k.srv.run(t, "holds", "grant", out.HoldID, "--reason", "ok")
 	require.Equal(t, 0, code, stdout+stderr)
-	record := filepath.Join(ledger, out.OpID)
-	require.Eventually(t, func() bool { b, err := os.ReadFile(record); return err == nil && json.Valid(b) }, 30*time.Second, 10*time.Millisecond)
+	k.killAfterEffect(t, out.OpID)
 
-	srv.kill() // the side effect is done; its result is not stored
-	srv = startServer(t, dir, addr, env, args...)
-
-	require.Eventually(t, func() bool {
-		out, err = c.Submit(ctx, req)
-		return err == nil && out.Terminal()
-	}, time.Minute, 50*time.Millisecond)
-	assert.Equal(t, events.StateCompleted, out.State, "%+v", out)
-	_, err = os.Stat(filepath.Join(ledger, "DOUBLE"))
-	assert.True(t, os.IsNotExist(err), "executed twice")
-	recovered, err := os.ReadFile(filepath.Join(ledger, "RECOVERED"))
-	require.NoError(t, err)
-	assert.Equal(t, out.OpID+"\n", string(recovered))
+	out = k.recoveredOnce(t, req)
 	// The lost attempt was started when the grant was delivered, and its
 	// record shows it ran: its own outcome is stored, with no second claim.
 	assert.Equal(t, []events.Type{events.TypeHeld, events.TypeGranted, events.TypeStarted, events.TypeCompleted},
-		testenv.OpEvents(t, mustJS(t, srv.connect(t, authority.ServiceName)), "review", out.OpID))
+		testenv.OpEvents(t, mustJS(t, k.srv.connect(t, authority.ServiceName)), "review", out.OpID))
 }

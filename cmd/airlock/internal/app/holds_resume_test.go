@@ -309,3 +309,40 @@ func TestRetryJustAfterAGrantedRunTakesTheKeptReply(t *testing.T) {
 	assert.Less(t, took, producers.ResultGrace/2, "the retry waited for a reply that had come")
 	assert.Equal(t, 1, executions(t, counter, held.OpID))
 }
+
+// A process that stops while a granted op it started runs (ADR 0029)
+// lets the op end and stores its outcome first, then acks the grant.
+func TestShutdownLetsResumedOpEnd(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	counter := &testexec.Counter{Dir: t.TempDir(), Delay: time.Second}
+	a, err := app.Start(context.Background(), app.Config{DataDir: t.TempDir(), NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	require.NoError(t, err)
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped { // a require failed before the shutdown under test
+			_ = a.Shutdown(context.Background())
+		}
+	})
+	c, err := producers.New(n.Conn)
+	require.NoError(t, err)
+	ap, err := producers.NewApprover(n.Conn, "approver")
+	require.NoError(t, err)
+	held := submitHeld(t, c, counter, events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"stop":1}`)})
+	ctx := ctxT(t)
+	_, err = ap.Resolve(ctx, "review", events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionGrant, Reason: "go"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(counter.Dir, held.OpID))
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "the call is running")
+
+	stopped = true
+	require.NoError(t, a.Shutdown(ctx))
+	ranOnceAfterGrant(t, counter, n.JetStream, held.OpID)
+	cons, err := n.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 5*time.Second, 10*time.Millisecond, "and the grant is acked")
+}

@@ -116,7 +116,12 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			}
 			a.reply = &ex.reply
 			copyOf = ex.reqSeq != 0 && ex.reqSeq != a.reqSeq
-			held = ex.reply.State == events.StateHeld && ex.reqSeq == a.reqSeq
+			// The op's own request, delivered again while its hold (or
+			// the grant's resume) waits: moved now if a crash left it
+			// unmoved, before it is acked. Acked, it is below the gate's
+			// ack floor and above no live op, and a purge takes it:
+			// a resume after that finds the args nowhere.
+			held = (ex.reply.State == events.StateHeld || ex.reply.State == events.StateGranted) && ex.reqSeq == a.reqSeq
 			if ex.started != nil && ex.reqSeq == a.reqSeq {
 				// The op's work item is this very message (ADR 0025),
 				// delivered again: its attempt may be lost.

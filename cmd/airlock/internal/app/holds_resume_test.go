@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/apptest"
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/testexec"
 	"github.com/airlock-dev/airlock/consumers/executor"
+	"github.com/airlock-dev/airlock/consumers/gate"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -345,4 +346,71 @@ func TestShutdownLetsResumedOpEnd(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
 	}, 5*time.Second, 10*time.Millisecond, "and the grant is acked")
+}
+
+// A held op's request that a crash left in AIRLOCK_REQUESTS (held event
+// stored, its move to AIRLOCK_HELD not done), delivered again once the op
+// was granted and before the grant's resume, is moved before it is
+// acked: acked where it was, a purge of the requests stream takes it
+// (the gate has settled it, and no ready or executing op bounds it), and
+// the resume finds the args nowhere (RESUME_DENIED, REQUEST_UNAVAILABLE;
+// found by the cluster chaos test with grants).
+func TestGrantedOpsRequestDeliveredAgainIsMoved(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := ctxT(t)
+	js := n.JetStream
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"moved":1}`)}
+	ack, err := js.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
+	require.NoError(t, err)
+	fp, opID := req.Identity()
+	sum := &events.Summary{Fingerprint: fp, Agent: req.Agent, Tool: req.Tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence}
+	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
+	op := oplog.Op{Workspace: req.Workspace, ID: opID, Tool: req.Tool}
+	ops, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	w := testenv.Writer(t, js)
+	heldSeq, err := w.Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &events.Held{OpHeader: hdr, Request: sum,
+		HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Reason: "needs approval",
+		PolicyHash: events.Digest([]byte("policy")), Mode: "confirm"})
+	require.NoError(t, err)
+	_, err = w.Append(ctx, ops, op, heldSeq, events.TypeGranted, "airlock/gate",
+		&events.Granted{OpHeader: hdr, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, Approver: "approver", Reason: "ok"})
+	require.NoError(t, err)
+	// The grant's resume is late: its delivery is in another's hand.
+	resume, err := js.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
+		Durable: streams.ResumeConsumer, FilterSubject: events.GrantedSubjects, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: time.Minute, MaxDeliver: -1, MaxAckPending: gate.ResumeMaxAckPending,
+	})
+	require.NoError(t, err)
+	batch, err := resume.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var grant jetstream.Msg
+	for m := range batch.Messages() {
+		grant = m
+	}
+	require.NotNil(t, grant, "the grant's delivery")
+
+	counter := &testexec.Counter{Dir: t.TempDir()}
+	a := apptest.StartApp(t, app.Config{DataDir: t.TempDir(), NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	require.Eventually(t, func() bool {
+		gateCons, err := js.Consumer(ctx, streams.Requests, streams.GateConsumer)
+		if err != nil {
+			return false
+		}
+		info, err := gateCons.Info(ctx)
+		return err == nil && info.AckFloor.Stream >= ack.Sequence
+	}, 10*time.Second, 10*time.Millisecond, "the request is settled")
+	held, err := js.Stream(ctx, streams.Held)
+	require.NoError(t, err)
+	_, err = held.GetLastMsgForSubject(ctx, events.HeldSubject(opID))
+	require.NoError(t, err, "the request is in AIRLOCK_HELD before it is acked")
+	reqs, err := js.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
+	_, err = reqs.GetMsg(ctx, ack.Sequence)
+	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "and gone from AIRLOCK_REQUESTS")
+
+	// The resume, once the grant comes back, finds it and runs the op.
+	require.NoError(t, grant.Nak())
+	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, opID).State)
+	assert.Equal(t, 1, executions(t, counter, opID))
 }

@@ -105,7 +105,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				// again after a lost answer meets its own first try),
 				// and nothing came after it: the op is this delivery's
 				// to run.
-				g.runStarted(ctx, a, ex.startedSeq)
+				g.runHere(ctx, a.m, a.started, ex.startedSeq, a.req.Args, replyTo(a.m), a.release)
 				continue
 			}
 			a.giveBack()
@@ -126,7 +126,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 				// The op's work item is this very message (ADR 0025),
 				// delivered again: its attempt may be lost.
 				g.reply(replyTo(a.m), *a.reply)
-				g.recover(ctx, a, ex.started, ex.startedSeq)
+				g.recoverHere(ctx, a.m, streams.GateConsumer, oplog.Op{Workspace: a.req.Workspace, ID: a.opID, Tool: a.req.Tool}, ex.started, ex.startedSeq, a.req.Args, replyTo(a.m))
 				continue
 			}
 		case err != nil:
@@ -134,7 +134,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			g.retry(a.m, "admit "+a.opID, err)
 			continue
 		case a.started != nil:
-			g.runStarted(ctx, a, seq)
+			g.runHere(ctx, a.m, a.started, seq, a.req.Args, replyTo(a.m), a.release)
 			continue
 		default:
 			if r, ok := events.StatusReply(a.append.Data()); ok {

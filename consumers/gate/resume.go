@@ -160,22 +160,16 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 	if next.typ == events.TypeDecided && m != nil && g.resumeHere(op) && g.operandsUnchanged(ctx, op, next, held) {
 		if release, ok := g.startHere(op.Tool, op.ID); ok {
 			st, seq, err := g.startResumed(ctx, m, op, grantedSeq, next)
-			if oplog.IsConflict(err) {
-				// Lost, or this very append landed and its answer was
-				// lost: when the op's newest event is it, it is this
-				// delivery's to run.
-				seq, err = g.ownStart(ctx, op, grantedSeq, st, err)
-			}
-			if err == nil {
-				g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", events.TypeStarted, "seq", seq)
-				g.runResumed(run, m, st, seq, next.req.Args, next.inbox, release)
-				return errInHand
-			}
-			release()
-			if !oplog.IsConflict(err) {
+			if err != nil {
+				release()
+				if oplog.IsConflict(err) {
+					return g.resumeConflict(ctx, m, op, grantedSeq, next, err, run)
+				}
 				return err
 			}
-			return g.resumeConflict(ctx, m, op, grantedSeq, next, err, run)
+			g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", events.TypeStarted, "seq", seq)
+			g.runHere(run, m, st, seq, next.req.Args, next.inbox, release)
+			return errInHand
 		}
 	}
 	if next.typ == events.TypeDecided && g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) {
@@ -218,7 +212,9 @@ func (g *Gate) operandsUnchanged(ctx context.Context, op oplog.Op, next resumeNe
 // startResumed appends, against the granted event at grantedSeq, the
 // started event of an op that this process starts itself, claimed
 // through m, the grant's delivery (ADR 0029): the decision next carries,
-// and a first claim. It returns the event and where it is stored.
+// and a first claim. It returns the event and where it is stored; an
+// append reported lost that landed after all and is the op's newest
+// event counts as stored (ownStart).
 func (g *Gate) startResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, grantedSeq uint64, next resumeNext) (*events.Started, uint64, error) {
 	md, err := m.Metadata()
 	if err != nil {
@@ -231,6 +227,11 @@ func (g *Gate) startResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, g
 	}
 	failpoint.Hit(failpoint.BeforeStart, op.Tool)
 	seq, err := g.w.Append(ctx, g.ops, op, grantedSeq, events.TypeStarted, Source, st, oplog.ReplyTo(next.inbox))
+	if oplog.IsConflict(err) {
+		// Lost, or this very append landed and its answer was lost: when
+		// the op's newest event is it, it is this delivery's to run.
+		seq, err = g.ownStart(ctx, op, grantedSeq, st, err)
+	}
 	return st, seq, err
 }
 
@@ -285,7 +286,7 @@ func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op,
 	if next.req == nil {
 		return fmt.Errorf("resume: op %s started through its grant and not ended, and its request is unreadable", op.ID)
 	}
-	g.recoverResumed(run, m, op, st, seq, next.req.Args, next.inbox)
+	g.recoverHere(run, m, streams.ResumeConsumer, op, st, seq, next.req.Args, next.inbox)
 	return errInHand
 }
 

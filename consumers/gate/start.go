@@ -7,7 +7,6 @@ import (
 
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/oplog"
-	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,37 +28,40 @@ func (g *Gate) startHere(tool, op string) (release func(), ok bool) {
 	return g.cfg.Starter.Start(tool, op)
 }
 
-// runStarted runs the op whose first event a's append stored at seq, and
-// acks a's request once its outcome is stored.
-func (g *Gate) runStarted(ctx context.Context, a *admission, seq uint64) {
-	g.inHand.Add(a.m)
+// runHere runs the op whose started event st (with its decision) is
+// stored at seq, holding m, its work item's delivery (a request, or a
+// grant), in progress until the outcome is stored, then acks it; release
+// gives back the op's place.
+func (g *Gate) runHere(ctx context.Context, m jetstream.Msg, st *events.Started, seq uint64, args json.RawMessage, replyTo string, release func()) {
+	g.inHand.Add(m)
 	g.running.Go(func() {
-		defer a.release()
-		defer g.inHand.Drop(a.m)
-		err := g.cfg.Starter.RunStarted(ctx, a.started, seq, a.req.Args, replyTo(a.m))
-		if err != nil {
-			// The request comes back after AckWait, and recovery decides.
-			g.cfg.Logger.Warn("op left to recovery", "op", a.opID, "ws", a.req.Workspace, "err", err)
+		defer release()
+		defer g.inHand.Drop(m)
+		if err := g.cfg.Starter.RunStarted(ctx, st, seq, args, replyTo); err != nil {
+			// The work item comes back after AckWait, and recovery decides.
+			g.cfg.Logger.Warn("op left to recovery", "op", st.OpID, "ws", st.Workspace, "err", err)
 			return
 		}
-		_ = a.m.Ack()
+		_ = m.Ack()
 	})
 }
 
-// recover hands a delivery of a started op's request to the runner's
+// recoverHere hands m, a delivery to consumer of the work item of op,
+// which a gate's process started itself (st, its started event with the
+// decision, stored at seq) and which has not ended, to the runner's
 // recovery, when this process serves the op's tool in its workspace;
 // else it is delivered again later, for a process that does.
-func (g *Gate) recover(ctx context.Context, a *admission, first *events.Started, firstSeq uint64) {
-	if g.cfg.Starter == nil || g.cfg.Local == nil || !g.cfg.Local(a.req.Workspace, a.req.Tool) {
-		g.cfg.Logger.Warn("a started op's request left to a process that serves its tool",
-			"op", a.opID, "ws", a.req.Workspace, "tool", a.req.Tool)
-		_ = a.m.NakWithDelay(g.cfg.AckWait)
+func (g *Gate) recoverHere(ctx context.Context, m jetstream.Msg, consumer string, op oplog.Op, st *events.Started, seq uint64, args json.RawMessage, replyTo string) {
+	if g.cfg.Starter == nil || g.cfg.Local == nil || !g.cfg.Local(op.Workspace, op.Tool) {
+		g.cfg.Logger.Warn("a started op's work item left to a process that serves its tool",
+			"op", op.ID, "ws", op.Workspace, "tool", op.Tool, "consumer", consumer)
+		_ = m.NakWithDelay(g.cfg.AckWait)
 		return
 	}
-	g.inHand.Add(a.m)
+	g.inHand.Add(m)
 	g.running.Go(func() {
-		defer g.inHand.Drop(a.m)
-		g.cfg.Starter.Recover(ctx, a.m, streams.GateConsumer, first, firstSeq, a.req.Args, replyTo(a.m))
+		defer g.inHand.Drop(m)
+		g.cfg.Starter.Recover(ctx, m, consumer, st, seq, args, replyTo)
 	})
 }
 
@@ -80,37 +82,4 @@ var errInHand = errors.New("gate: the delivery is the work item of an op in hand
 // rather than decide it: this process serves its tool in its workspace.
 func (g *Gate) resumeHere(op oplog.Op) bool {
 	return g.cfg.Starter != nil && g.cfg.Local != nil && g.cfg.Local(op.Workspace, op.Tool) && g.cfg.Starter.Starts(op.Tool)
-}
-
-// runResumed runs the resumed op whose started event is stored at seq,
-// and acks m, the granted event's delivery, once its outcome is stored.
-func (g *Gate) runResumed(ctx context.Context, m jetstream.Msg, st *events.Started, seq uint64, args json.RawMessage, replyTo string, release func()) {
-	g.inHand.Add(m)
-	g.running.Go(func() {
-		defer release()
-		defer g.inHand.Drop(m)
-		if err := g.cfg.Starter.RunStarted(ctx, st, seq, args, replyTo); err != nil {
-			// The grant comes back after AckWait, and recovery decides.
-			g.cfg.Logger.Warn("resumed op left to recovery", "op", st.OpID, "ws", st.Workspace, "err", err)
-			return
-		}
-		_ = m.Ack()
-	})
-}
-
-// recoverResumed hands m, a delivery again of the granted event of an op
-// that a gate's process started itself (st, its started event), to the
-// runner's recovery; when this process does not serve the op's tool, m is
-// delivered again later, for one that does.
-func (g *Gate) recoverResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, st *events.Started, seq uint64, args json.RawMessage, replyTo string) {
-	if !g.resumeHere(op) {
-		g.cfg.Logger.Warn("a resumed op's grant left to a process that serves its tool", "op", op.ID, "ws", op.Workspace, "tool", op.Tool)
-		_ = m.NakWithDelay(g.cfg.AckWait)
-		return
-	}
-	g.inHand.Add(m)
-	g.running.Go(func() {
-		defer g.inHand.Drop(m)
-		g.cfg.Starter.Recover(ctx, m, streams.ResumeConsumer, st, seq, args, replyTo)
-	})
 }

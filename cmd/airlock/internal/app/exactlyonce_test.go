@@ -30,6 +30,29 @@ func countingApp(t *testing.T, cfg app.Config) (*app.App, *testexec.Counter) {
 	return apptest.StartApp(t, cfg), c
 }
 
+// waitSettled waits until the durable consumer of stream has nothing
+// pending and nothing delivered that is not acknowledged.
+func waitSettled(t *testing.T, js jetstream.JetStream, stream, consumer string, msgAndArgs ...any) {
+	t.Helper()
+	ctx := ctxT(t)
+	cons, err := js.Consumer(ctx, stream, consumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	}, 10*time.Second, 10*time.Millisecond, msgAndArgs...)
+}
+
+// waitRunning waits until the counter has recorded op's execution: its
+// call has begun.
+func waitRunning(t *testing.T, c *testexec.Counter, op string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(c.Dir, op))
+		return err == nil
+	}, 10*time.Second, 5*time.Millisecond, "the call is running")
+}
+
 // executions counts the records the counter left for op; a DOUBLE file
 // means some op ran twice.
 func executions(t *testing.T, c *testexec.Counter, op string) int {
@@ -391,10 +414,7 @@ func TestShutdownLetsStartedOpEnd(t *testing.T) {
 	_, err = n.JetStream.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
 	require.NoError(t, err)
 	op := events.OpID(req.Fingerprint())
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(counter.Dir, op))
-		return err == nil
-	}, 10*time.Second, 5*time.Millisecond, "the call is running")
+	waitRunning(t, counter, op)
 
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -402,11 +422,6 @@ func TestShutdownLetsStartedOpEnd(t *testing.T) {
 	require.NoError(t, a.Shutdown(sctx))
 	assert.Equal(t, []events.Type{events.TypeStarted, events.TypeCompleted}, testenv.OpEvents(t, n.JetStream, "ws", op),
 		"the outcome is stored before the process stops")
-	cons, err := n.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	}, 5*time.Second, 10*time.Millisecond, "and the request is acked")
+	waitSettled(t, n.JetStream, streams.Requests, streams.GateConsumer, "and the request is acked")
 	assert.Equal(t, 1, executions(t, counter, op))
 }

@@ -182,12 +182,7 @@ func TestBadInputIsRejected(t *testing.T) {
 	assert.Equal(t, events.StateCompleted, after.State)
 
 	// Every rejected request is settled: the gate holds nothing back.
-	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	}, 10*time.Second, 20*time.Millisecond)
+	waitSettled(t, a.JetStream, streams.Requests, streams.GateConsumer)
 }
 
 func TestDeniedByPolicy(t *testing.T) {
@@ -263,12 +258,7 @@ func TestCopiesOfARequestAreErased(t *testing.T) {
 	assert.Equal(t, uint64(1), info.State.Msgs, "one copy, whichever of the three messages was first")
 
 	// Every copy was settled.
-	cons, err := a.JetStream.Consumer(ctx, streams.Requests, streams.GateConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	}, 10*time.Second, 20*time.Millisecond)
+	waitSettled(t, a.JetStream, streams.Requests, streams.GateConsumer)
 }
 
 // policyLocked locks workspace vault, leaves open automatic, and makes

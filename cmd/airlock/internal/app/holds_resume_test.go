@@ -115,12 +115,7 @@ func TestGrantResumesWithoutTheResumeConsumer(t *testing.T) {
 
 	_, err = a.JetStream.ResumeConsumer(ctx, streams.Ops, streams.ResumeConsumer)
 	require.NoError(t, err)
-	cons, err := a.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 10*time.Second, 10*time.Millisecond, "the delivery is acknowledged")
+	waitSettled(t, a.JetStream, streams.Ops, streams.ResumeConsumer, "the delivery is acknowledged")
 	ranOnceAs(t, counter, a.JetStream, held.OpID, grantedDecidedRun)
 }
 
@@ -138,10 +133,7 @@ func TestResumedOpKeepsItsGrantUntilItEnds(t *testing.T) {
 	require.NoError(t, err)
 	cons, err := a.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(counter.Dir, held.OpID))
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the op runs")
+	waitRunning(t, counter, held.OpID)
 	info, err := cons.Info(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, info.NumAckPending, "the grant's delivery is kept while its op runs")
@@ -150,10 +142,7 @@ func TestResumedOpKeepsItsGrantUntilItEnds(t *testing.T) {
 	assert.False(t, op.State.Terminal(), "the op has not ended")
 
 	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	}, 10*time.Second, 10*time.Millisecond, "the delivery is acknowledged once the op has ended")
+	waitSettled(t, a.JetStream, streams.Ops, streams.ResumeConsumer, "the delivery is acknowledged once the op has ended")
 	ranOnceAfterGrant(t, counter, a.JetStream, held.OpID)
 }
 
@@ -332,20 +321,12 @@ func TestShutdownLetsResumedOpEnd(t *testing.T) {
 	ctx := ctxT(t)
 	_, err = ap.Resolve(ctx, "review", events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionGrant, Reason: "go"})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		_, err := os.Stat(filepath.Join(counter.Dir, held.OpID))
-		return err == nil
-	}, 10*time.Second, 5*time.Millisecond, "the call is running")
+	waitRunning(t, counter, held.OpID)
 
 	stopped = true
 	require.NoError(t, a.Shutdown(ctx))
 	ranOnceAfterGrant(t, counter, n.JetStream, held.OpID)
-	cons, err := n.JetStream.Consumer(ctx, streams.Ops, streams.ResumeConsumer)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	}, 5*time.Second, 10*time.Millisecond, "and the grant is acked")
+	waitSettled(t, n.JetStream, streams.Ops, streams.ResumeConsumer, "and the grant is acked")
 }
 
 // A held op's request that a crash left in AIRLOCK_REQUESTS (held event

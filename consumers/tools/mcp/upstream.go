@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,13 +31,18 @@ type Upstream struct {
 	cfg    UpstreamConfig
 	client *sdk.Client
 
-	mu       sync.Mutex
-	session  *sdk.ClientSession
-	defs     map[string]*sdk.Tool // the newest listing, by upstream tool name
-	listed   time.Time            // when defs were listed
-	stale    bool                 // the upstream said its tools changed since
-	failed   error                // the last failure to connect, until RetryAfter
-	failedAt time.Time
+	// changes counts the upstream's tools/list_changed notifications.
+	// Its handler takes no lock: the SDK waits for running handlers when
+	// a session closes, and a session may be closed under mu.
+	changes atomic.Uint64
+
+	mu        sync.Mutex
+	session   *sdk.ClientSession
+	defs      map[string]*sdk.Tool // the newest listing, by upstream tool name
+	listed    time.Time            // when defs were listed
+	listedGen uint64               // changes when the listing was asked for
+	failed    error                // the last failure to connect, until RetryAfter
+	failedAt  time.Time
 }
 
 // New returns an Upstream for cfg, not yet connected.
@@ -59,26 +65,27 @@ func New(cfg UpstreamConfig) (*Upstream, error) {
 // Close ends the session (and stops a launched program).
 func (u *Upstream) Close() error {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.dropLocked()
-}
-
-func (u *Upstream) dropLocked() error {
-	if u.session == nil {
+	s := u.session
+	u.session = nil
+	u.mu.Unlock()
+	if s == nil {
 		return nil
 	}
-	err := u.session.Close()
-	u.session = nil
-	return err
+	return s.Close()
 }
 
 // drop ends the session s if it is still the current one: the next call
-// connects again.
+// connects again. The close, which may wait seconds for a launched
+// program to exit, is outside the lock.
 func (u *Upstream) drop(s *sdk.ClientSession) {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.session == s {
-		_ = u.dropLocked()
+	current := u.session == s
+	if current {
+		u.session = nil
+	}
+	u.mu.Unlock()
+	if current {
+		_ = s.Close()
 	}
 }
 
@@ -120,6 +127,7 @@ func (u *Upstream) connect(ctx context.Context) (s *sdk.ClientSession, fresh boo
 	}
 	lctx, cancel := context.WithTimeout(ctx, u.cfg.ListTimeout)
 	defer cancel()
+	gen := u.changes.Load()
 	s, err = u.client.Connect(lctx, u.transport(), nil)
 	if err == nil {
 		var defs map[string]*sdk.Tool
@@ -127,7 +135,7 @@ func (u *Upstream) connect(ctx context.Context) (s *sdk.ClientSession, fresh boo
 			_ = s.Close()
 			err = fmt.Errorf("list tools: %w", err)
 		} else {
-			u.session, u.defs, u.listed, u.stale = s, defs, time.Now(), false
+			u.session, u.defs, u.listed, u.listedGen = s, defs, time.Now(), gen
 		}
 	}
 	if err != nil {
@@ -176,13 +184,14 @@ func (u *Upstream) definition(ctx context.Context, name string) (*sdk.Tool, erro
 			return def, nil
 		}
 		lctx, cancel := context.WithTimeout(ctx, u.cfg.ListTimeout)
+		gen := u.changes.Load()
 		var defs map[string]*sdk.Tool
 		defs, err = list(lctx, s)
 		cancel()
 		if err == nil {
 			u.mu.Lock()
 			if u.session == s {
-				u.defs, u.listed, u.stale = defs, time.Now(), false
+				u.defs, u.listed, u.listedGen = defs, time.Now(), gen
 			}
 			u.mu.Unlock()
 			return defs[name], nil
@@ -199,19 +208,16 @@ func (u *Upstream) definition(ctx context.Context, name string) (*sdk.Tool, erro
 func (u *Upstream) recent(name string) (def *sdk.Tool, ok bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.session == nil || u.stale || time.Since(u.listed) > CacheFor {
+	if u.session == nil || u.changes.Load() != u.listedGen || time.Since(u.listed) > CacheFor {
 		return nil, false
 	}
 	return u.defs[name], true
 }
 
 // changed marks the newest listing stale: the upstream said its tools
-// changed.
-func (u *Upstream) changed() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	u.stale = true
-}
+// changed. A notification during a listing makes that listing stale
+// too, since it may predate the change.
+func (u *Upstream) changed() { u.changes.Add(1) }
 
 var unsafeChars = regexp.MustCompile(`[^a-z0-9_-]`)
 

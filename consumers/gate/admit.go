@@ -92,6 +92,7 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		copyOf := false // the message is a second copy of an op's request
 		held := false   // the op is held, and this message is its request
+		placed := false // and this delivery's held event is the one stored
 		switch {
 		case errors.Is(err, oplog.ErrConflict):
 			ex, err := g.existing(wctx, a.req, a.opID)
@@ -142,14 +143,20 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 			}
 			g.cfg.Logger.Debug("op admitted", "op", a.opID, "ws", a.req.Workspace, "state", a.state, "seq", seq)
 			held = a.state == events.StateHeld
+			placed = held
 		}
 		if a.reply != nil {
 			g.reply(replyTo(a.m), *a.reply)
 		}
-		if held {
+		if placed {
 			// Kept for the grant, whose resume then reads nothing back.
+			// A request delivered again keeps nothing: its held event
+			// is not this delivery's, and its op may be granted already,
+			// when nothing would take it.
 			h, _ := a.append.Data().(*events.Held)
 			g.holding.Put(a.opID, a.reqSeq, heldRequest{req: a.req, replyTo: a.m.Headers().Get(events.HeaderReplyTo), held: h, heldSeq: seq})
+		}
+		if held {
 			// A hold lasts; its request leaves AIRLOCK_REQUESTS so that
 			// it does not keep its neighbours' deleted requests on disk.
 			if err := oplog.MoveToHeld(wctx, g.cfg.JetStream, g.reqs, a.reqSeq, a.opID, a.m.Headers(), a.m.Data()); err != nil {

@@ -468,6 +468,11 @@ const (
 	HoldingMaxBytes   = 16 << 20
 )
 
+// Kept reports the requests of held ops this gate keeps in memory for
+// their grants, and their bytes (bounded by HoldingMaxEntries and
+// HoldingMaxBytes).
+func (g *Gate) Kept() (entries, bytes int) { return g.holding.Len() }
+
 // heldRequest is the request of an op this gate held, as it admitted it,
 // and the reply subject it carried.
 type heldRequest struct {

@@ -389,6 +389,8 @@ func TestGrantedOpsRequestDeliveredAgainIsMoved(t *testing.T) {
 	require.NoError(t, err)
 	_, err = reqs.GetMsg(ctx, ack.Sequence)
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "and gone from AIRLOCK_REQUESTS")
+	entries, _ := a.GateKept()
+	assert.Zero(t, entries, "the gate keeps no copy of a granted op's args in memory: no grant would take it")
 
 	// The resume, once the grant comes back, finds it and runs the op.
 	require.NoError(t, grant.Nak())

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -283,10 +284,16 @@ func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op,
 	if err != nil || st == nil {
 		return err // nil, nil: decided, the runners' to settle
 	}
-	if next.req == nil {
-		return fmt.Errorf("resume: op %s started through its grant and not ended, and its request is unreadable", op.ID)
+	// The request is nil only when it is gone (a transient failure to
+	// read it returns before any append): the recovery then ends the op
+	// from the executor's records, or REQUEST_UNAVAILABLE if its lost
+	// attempt took no effect, rather than wait for args that no read
+	// will find.
+	var args json.RawMessage
+	if next.req != nil {
+		args = next.req.Args
 	}
-	g.recoverHere(run, m, streams.ResumeConsumer, op, st, seq, next.req.Args, next.inbox)
+	g.recoverHere(run, m, streams.ResumeConsumer, op, st, seq, args, next.inbox)
 	return errInHand
 }
 

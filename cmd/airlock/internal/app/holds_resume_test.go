@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -396,4 +397,47 @@ func TestGrantedOpsRequestDeliveredAgainIsMoved(t *testing.T) {
 	require.NoError(t, grant.Nak())
 	assert.Equal(t, events.StateCompleted, waitTerminal(t, a, opID).State)
 	assert.Equal(t, 1, executions(t, counter, opID))
+}
+
+// An op started through its grant's delivery (ADR 0029) whose process
+// died, and whose request is gone by the time the grant comes back: the
+// recovery ends it, from the executor's records or REQUEST_UNAVAILABLE
+// when the lost attempt took no effect, rather than waiting for args no
+// read will find.
+func TestResumedOpWhoseRequestIsGoneEnds(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{})
+	ctx := ctxT(t)
+	js := n.JetStream
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"gone":1}`)}
+	fp, opID := req.Identity()
+	// The request message was at sequence 7 of AIRLOCK_REQUESTS, and its
+	// held copy in AIRLOCK_HELD; neither is there any more.
+	sum := &events.Summary{Fingerprint: fp, Agent: req.Agent, Tool: req.Tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: 7}
+	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
+	op := oplog.Op{Workspace: req.Workspace, ID: opID, Tool: req.Tool}
+	ops, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	w := testenv.Writer(t, js)
+	heldSeq, err := w.Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &events.Held{OpHeader: hdr, Request: sum,
+		HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Reason: "needs approval",
+		PolicyHash: events.Digest([]byte("policy")), Mode: "confirm"})
+	require.NoError(t, err)
+	grantedSeq, err := w.Append(ctx, ops, op, heldSeq, events.TypeGranted, "airlock/gate",
+		&events.Granted{OpHeader: hdr, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, Approver: "approver", Reason: "ok"})
+	require.NoError(t, err)
+	// A process that is gone started it through the grant's delivery.
+	_, err = w.Append(ctx, ops, op, grantedSeq, events.TypeStarted, "airlock/gate", &events.Started{
+		OpHeader: hdr, Attempt: nuid.Next(),
+		Decision: &events.Decided{OpHeader: hdr, Request: sum, PolicyHash: events.Digest([]byte("policy")), Rule: "confirm", Mode: "confirm", Reason: "granted by approver: ok"},
+		Claim: &events.Claim{Executor: "count", WorkSeq: grantedSeq, Delivery: 1, Consumer: streams.ResumeConsumer,
+			Runner: nuid.Next(), Instance: "0123456789abcdef", Host: "host-gone"},
+	})
+	require.NoError(t, err)
+
+	counter := &testexec.Counter{Dir: t.TempDir()}
+	a := apptest.StartApp(t, app.Config{DataDir: t.TempDir(), NATSURL: n.Server.ClientURL(), Policy: confirmSpec(), Executors: []executor.Executor{counter}})
+	got := waitTerminal(t, a, opID)
+	assert.Equal(t, events.StateFailed, got.State)
+	assert.Equal(t, events.CodeRequestUnavailable, got.ErrorCode)
+	assert.Zero(t, executions(t, counter, opID), "nothing runs without its args")
 }

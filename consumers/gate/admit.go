@@ -151,8 +151,9 @@ func (g *Gate) handleBatch(ctx context.Context, msgs []jetstream.Msg) {
 		if placed {
 			// Kept for the grant, whose resume then reads nothing back.
 			// A request delivered again keeps nothing: its held event
-			// is not this delivery's, and its op may be granted already,
-			// when nothing would take it.
+			// is not this delivery's, and the grant may be resumed in
+			// another process, when nothing here would take it; a
+			// resume here reads the copy in AIRLOCK_HELD.
 			h, _ := a.append.Data().(*events.Held)
 			g.holding.Put(a.opID, a.reqSeq, heldRequest{req: a.req, replyTo: a.m.Headers().Get(events.HeaderReplyTo), held: h, heldSeq: seq})
 		}

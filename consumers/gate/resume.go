@@ -27,6 +27,12 @@ import (
 // itself at once; beyond this bound grants wait to be delivered.
 const ResumeMaxAckPending = 4096
 
+// ResumeRequestTries is how many deliveries of a grant read the request
+// of an op started through it (ADR 0029) before an unavailable request
+// is taken for gone, as executor.Config.RequestTries does for a decided
+// event.
+const ResumeRequestTries = 5
+
 // runResume consumes granted events: each granted op is decided afresh
 // against the policy and controls in force now. The granted event is the
 // work item, so a grant whose resume was interrupted is resumed after a
@@ -284,14 +290,18 @@ func (g *Gate) resumeConflict(ctx context.Context, m jetstream.Msg, op oplog.Op,
 	if err != nil || st == nil {
 		return err // nil, nil: decided, the runners' to settle
 	}
-	// The request is nil only when it is gone (a transient failure to
-	// read it returns before any append): the recovery then ends the op
-	// from the executor's records, or REQUEST_UNAVAILABLE if its lost
-	// attempt took no effect, rather than wait for args that no read
-	// will find.
+	// The request is nil only when it is unavailable: gone, or no
+	// longer this op's (a transient failure to read it returns before
+	// any append). It is read again on the grant's next deliveries, up
+	// to ResumeRequestTries (a leader elected a moment ago may not hold
+	// it yet); then the recovery ends the op from the executor's records,
+	// or REQUEST_UNAVAILABLE if its lost attempt took no effect, rather
+	// than wait for args that no read will find.
 	var args json.RawMessage
 	if next.req != nil {
 		args = next.req.Args
+	} else if md, err := m.Metadata(); err != nil || md.NumDelivered < ResumeRequestTries {
+		return fmt.Errorf("resume: op %s started through its grant and not ended, and its request is unavailable; read again on the next delivery", op.ID)
 	}
 	g.recoverHere(run, m, streams.ResumeConsumer, op, st, seq, args, next.inbox)
 	return errInHand

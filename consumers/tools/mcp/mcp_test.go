@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build airlock-mcp-example:", err)
 		os.Exit(1)
 	}
+	// For the package's internal tests, which cannot see this variable.
+	os.Setenv("AIRLOCK_MCP_EXAMPLE", example)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -32,8 +32,8 @@ type Upstream struct {
 	client *sdk.Client
 
 	// changes counts the upstream's tools/list_changed notifications.
-	// Its handler takes no lock: the SDK waits for running handlers when
-	// a session closes, and a session may be closed under mu.
+	// Its handler takes no lock: the SDK's close of a session waits for
+	// the handlers running, and sessions are closed under mu.
 	changes atomic.Uint64
 
 	mu        sync.Mutex
@@ -65,27 +65,30 @@ func New(cfg UpstreamConfig) (*Upstream, error) {
 // Close ends the session (and stops a launched program).
 func (u *Upstream) Close() error {
 	u.mu.Lock()
-	s := u.session
-	u.session = nil
-	u.mu.Unlock()
-	if s == nil {
+	defer u.mu.Unlock()
+	return u.dropLocked()
+}
+
+// dropLocked ends the session under mu: a call that would connect again
+// waits until a launched program has exited, so that a new one does not
+// start beside it. The SDK's close waits for the notifications being
+// handled; their handler (changed) takes no lock.
+func (u *Upstream) dropLocked() error {
+	if u.session == nil {
 		return nil
 	}
-	return s.Close()
+	err := u.session.Close()
+	u.session = nil
+	return err
 }
 
 // drop ends the session s if it is still the current one: the next call
-// connects again. The close, which may wait seconds for a launched
-// program to exit, is outside the lock.
+// connects again.
 func (u *Upstream) drop(s *sdk.ClientSession) {
 	u.mu.Lock()
-	current := u.session == s
-	if current {
-		u.session = nil
-	}
-	u.mu.Unlock()
-	if current {
-		_ = s.Close()
+	defer u.mu.Unlock()
+	if u.session == s {
+		_ = u.dropLocked()
 	}
 }
 

@@ -391,7 +391,7 @@ func TestGrantedOpsRequestDeliveredAgainIsMoved(t *testing.T) {
 	_, err = reqs.GetMsg(ctx, ack.Sequence)
 	assert.ErrorIs(t, err, jetstream.ErrMsgNotFound, "and gone from AIRLOCK_REQUESTS")
 	entries, _ := a.GateKept()
-	assert.Zero(t, entries, "the gate keeps no copy of a granted op's args in memory: no grant would take it")
+	assert.Zero(t, entries, "the gate keeps no copy of the args of a request delivered again")
 
 	// The resume, once the grant comes back, finds it and runs the op.
 	require.NoError(t, grant.Nak())
@@ -440,4 +440,7 @@ func TestResumedOpWhoseRequestIsGoneEnds(t *testing.T) {
 	assert.Equal(t, events.StateFailed, got.State)
 	assert.Equal(t, events.CodeRequestUnavailable, got.ErrorCode)
 	assert.Zero(t, executions(t, counter, opID), "nothing runs without its args")
+	recovered, err := os.ReadFile(filepath.Join(counter.Dir, "RECOVERED"))
+	require.NoError(t, err, "the executor's recovery judged the lost attempt")
+	assert.Contains(t, string(recovered), opID)
 }

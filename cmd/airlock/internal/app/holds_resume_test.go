@@ -344,20 +344,7 @@ func TestGrantedOpsRequestDeliveredAgainIsMoved(t *testing.T) {
 	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"moved":1}`)}
 	ack, err := js.PublishMsg(ctx, requestMsg(t, req), jetstream.WithMsgID(req.FingerprintHex()))
 	require.NoError(t, err)
-	fp, opID := req.Identity()
-	sum := &events.Summary{Fingerprint: fp, Agent: req.Agent, Tool: req.Tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: ack.Sequence}
-	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
-	op := oplog.Op{Workspace: req.Workspace, ID: opID, Tool: req.Tool}
-	ops, err := js.Stream(ctx, streams.Ops)
-	require.NoError(t, err)
-	w := testenv.Writer(t, js)
-	heldSeq, err := w.Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &events.Held{OpHeader: hdr, Request: sum,
-		HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Reason: "needs approval",
-		PolicyHash: events.Digest([]byte("policy")), Mode: "confirm"})
-	require.NoError(t, err)
-	_, err = w.Append(ctx, ops, op, heldSeq, events.TypeGranted, "airlock/gate",
-		&events.Granted{OpHeader: hdr, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, Approver: "approver", Reason: "ok"})
-	require.NoError(t, err)
+	opID, _ := heldAndGranted(t, js, req, ack.Sequence)
 	// The grant's resume is late: its delivery is in another's hand.
 	resume, err := js.CreateOrUpdateConsumer(ctx, streams.Ops, jetstream.ConsumerConfig{
 		Durable: streams.ResumeConsumer, FilterSubject: events.GrantedSubjects, AckPolicy: jetstream.AckExplicitPolicy,
@@ -409,22 +396,16 @@ func TestResumedOpWhoseRequestIsGoneEnds(t *testing.T) {
 	ctx := ctxT(t)
 	js := n.JetStream
 	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"gone":1}`)}
-	fp, opID := req.Identity()
 	// The request message was at sequence 7 of AIRLOCK_REQUESTS, and its
 	// held copy in AIRLOCK_HELD; neither is there any more.
+	opID, grantedSeq := heldAndGranted(t, js, req, 7)
+	fp, _ := req.Identity()
 	sum := &events.Summary{Fingerprint: fp, Agent: req.Agent, Tool: req.Tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: 7}
 	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
 	op := oplog.Op{Workspace: req.Workspace, ID: opID, Tool: req.Tool}
 	ops, err := js.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	w := testenv.Writer(t, js)
-	heldSeq, err := w.Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &events.Held{OpHeader: hdr, Request: sum,
-		HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Reason: "needs approval",
-		PolicyHash: events.Digest([]byte("policy")), Mode: "confirm"})
-	require.NoError(t, err)
-	grantedSeq, err := w.Append(ctx, ops, op, heldSeq, events.TypeGranted, "airlock/gate",
-		&events.Granted{OpHeader: hdr, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, Approver: "approver", Reason: "ok"})
-	require.NoError(t, err)
 	// A process that is gone started it through the grant's delivery.
 	_, err = w.Append(ctx, ops, op, grantedSeq, events.TypeStarted, "airlock/gate", &events.Started{
 		OpHeader: hdr, Attempt: nuid.Next(),
@@ -443,4 +424,28 @@ func TestResumedOpWhoseRequestIsGoneEnds(t *testing.T) {
 	recovered, err := os.ReadFile(filepath.Join(counter.Dir, "RECOVERED"))
 	require.NoError(t, err, "the executor's recovery judged the lost attempt")
 	assert.Contains(t, string(recovered), opID)
+}
+
+// heldAndGranted stores the held and granted events of req's op, whose
+// request message is at requestSeq of AIRLOCK_REQUESTS, as the gate and
+// an approver would, and returns the op's id and the granted event's
+// sequence.
+func heldAndGranted(t *testing.T, js jetstream.JetStream, req events.Request, requestSeq uint64) (string, uint64) {
+	t.Helper()
+	ctx := ctxT(t)
+	fp, opID := req.Identity()
+	sum := &events.Summary{Fingerprint: fp, Agent: req.Agent, Tool: req.Tool, Class: "write", ArgsDigest: events.ArgsDigest(req.Args), RequestSeq: requestSeq}
+	hdr := events.OpHeader{OpID: opID, Workspace: req.Workspace}
+	op := oplog.Op{Workspace: req.Workspace, ID: opID, Tool: req.Tool}
+	ops, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	w := testenv.Writer(t, js)
+	heldSeq, err := w.Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &events.Held{OpHeader: hdr, Request: sum,
+		HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, ExpiresAt: time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond), Reason: "needs approval",
+		PolicyHash: events.Digest([]byte("policy")), Mode: "confirm"})
+	require.NoError(t, err)
+	grantedSeq, err := w.Append(ctx, ops, op, heldSeq, events.TypeGranted, "airlock/gate",
+		&events.Granted{OpHeader: hdr, HoldID: events.HoldID(opID), ArgsDigest: sum.ArgsDigest, Approver: "approver", Reason: "ok"})
+	require.NoError(t, err)
+	return opID, grantedSeq
 }

@@ -45,11 +45,7 @@ func (r *Runner) drainDirect() {
 // Call release once the op is no longer in hand, whether it started or
 // not.
 func (r *Runner) Start(tool, op string) (release func(), ok bool) {
-	ex, found := r.cfg.Registry.Lookup(tool)
-	if !found {
-		return nil, false
-	}
-	if _, prepares := ex.(Preparer); prepares {
+	if !r.Starts(tool) {
 		return nil, false
 	}
 	select {

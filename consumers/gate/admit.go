@@ -358,15 +358,6 @@ type found struct {
 	lastSeq uint64
 }
 
-// startedThroughRequest reports whether st is a started event that a
-// gate's process appended for an op it started itself with the op's
-// request as its work item (ADR 0025): a resumed op's (ADR 0029) has its
-// granted event instead, and a delivery of its request again is no
-// recovery of it.
-func startedThroughRequest(st *events.Started) bool {
-	return st.Decision != nil && st.Claim != nil && st.Claim.Consumer == streams.GateConsumer
-}
-
 // existing answers a request whose op already exists: a retry, within the
 // dedupe window or long after it, or a delivery again of the message that
 // created the op. The op's newest event says where it stands. Nothing is
@@ -384,7 +375,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 	_, ended := events.OutcomeReply(last.Data)
 	f := found{lastSeq: last.Seq}
 	sum := summaryOf(last.Data)
-	if st, ok := last.Data.(*events.Started); ok && startedThroughRequest(st) {
+	if st, ok := last.Data.(*events.Started); ok && startedThrough(st, streams.GateConsumer) {
 		f.started, f.startedSeq = st, last.Seq
 	}
 	if sum == nil {
@@ -397,7 +388,7 @@ func (g *Gate) existing(ctx context.Context, req *events.Request, opID string) (
 			g.cfg.Logger.Warn("op's first event carries no request summary; the request is kept", "op", opID, "event_type", first.Type)
 			sum = &events.Summary{}
 		}
-		if st, ok := first.Data.(*events.Started); ok && startedThroughRequest(st) && !ended {
+		if st, ok := first.Data.(*events.Started); ok && startedThrough(st, streams.GateConsumer) && !ended {
 			f.started, f.startedSeq = st, first.Seq
 		}
 	}

@@ -237,26 +237,30 @@ func (g *Gate) startResumed(ctx context.Context, m jetstream.Msg, op oplog.Op, g
 	if oplog.IsConflict(err) {
 		// Lost, or this very append landed and its answer was lost: when
 		// the op's newest event is it, it is this delivery's to run.
-		seq, err = g.ownStart(ctx, op, grantedSeq, st, err)
+		seq, err = g.ownStart(ctx, op, st, err)
 	}
 	return st, seq, err
 }
 
 // ownStart settles a started append of this gate's that was reported to
-// have lost its compare-and-swap (conflict): when the first started event
-// after the grant is this very one (mine; its answer was lost, and a
-// read-back lagged) and nothing came after it, it returns its sequence,
-// for the caller to run the op; otherwise conflict.
-func (g *Gate) ownStart(ctx context.Context, op oplog.Op, grantedSeq uint64, mine *events.Started, conflict error) (uint64, error) {
-	st, seq, err := g.startedThroughGrant(ctx, op, grantedSeq)
-	if err != nil || st == nil || st.Attempt != mine.Attempt {
+// have lost its compare-and-swap (conflict): when the op's newest event,
+// read on the leader, is this very one (mine, by its attempt; its answer
+// was lost, and a read-back lagged), it was stored against the grant and
+// nothing came after it, and its sequence is returned for the caller to
+// run the op; otherwise conflict.
+func (g *Gate) ownStart(ctx context.Context, op oplog.Op, mine *events.Started, conflict error) (uint64, error) {
+	raw, err := oplog.LeaderLastMsg(ctx, g.cfg.JetStream, streams.Ops, events.OpFilter(op.Workspace, op.ID))
+	if err != nil {
 		return 0, conflict
 	}
-	last, err := oplog.LeaderLastMsg(ctx, g.cfg.JetStream, streams.Ops, events.OpFilter(op.Workspace, op.ID))
-	if err != nil || last.Sequence != seq {
+	ev, err := oplog.Decode(raw)
+	if err != nil {
 		return 0, conflict
 	}
-	return seq, nil
+	if st, ok := ev.Data.(*events.Started); !ok || st.Attempt != mine.Attempt {
+		return 0, conflict
+	}
+	return ev.Seq, nil
 }
 
 // errPushLost is the push resume's answer when its append lost to another
@@ -327,7 +331,7 @@ func (g *Gate) startedThroughGrant(ctx context.Context, op oplog.Op, grantedSeq 
 		return nil, 0, err
 	}
 	st, ok := ev.Data.(*events.Started)
-	if !ok || st.Decision == nil || st.Claim == nil || st.Claim.Consumer != streams.ResumeConsumer || st.Claim.WorkSeq != grantedSeq {
+	if !ok || !startedThrough(st, streams.ResumeConsumer) || st.Claim.WorkSeq != grantedSeq {
 		return nil, 0, nil
 	}
 	return st, ev.Seq, nil

@@ -65,6 +65,15 @@ func (g *Gate) recoverHere(ctx context.Context, m jetstream.Msg, consumer string
 	})
 }
 
+// startedThrough reports whether st is a started event that a gate's
+// process appended for an op it started itself, claimed through a
+// delivery to consumer: the op's request's, to the gate's consumer (ADR
+// 0025), or its granted event's, to the resume consumer (ADR 0029). A
+// delivery of the other work item is no recovery of it.
+func startedThrough(st *events.Started, consumer string) bool {
+	return st.Decision != nil && st.Claim != nil && st.Claim.Consumer == consumer
+}
+
 // Resumed ops this gate's process starts itself (ADR 0029).
 //
 // A granted op that this process serves is started by the gate that

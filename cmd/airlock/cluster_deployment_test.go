@@ -355,12 +355,13 @@ func tallyOps(t testing.TB, js jetstream.JetStream) map[string]*opTally {
 // archived reads every message of the archive's segments (ADR 0026).
 func archived(t testing.TB, js jetstream.JetStream) []archive.Msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	a := archive.New(js)
 	var out []archive.Msg
 	var err error
 	for tries := 0; tries < 30; tries++ {
+		// Each try has its own time-out: a request whose answer is lost
+		// (its leader killed meanwhile) must not use up the others'.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		out, err = nil, nil
 		var last uint64
 		if _, last, err = a.Tail(ctx); err == nil {
@@ -373,6 +374,7 @@ func archived(t testing.TB, js jetstream.JetStream) []archive.Msg {
 				}
 			}
 		}
+		cancel()
 		if err == nil {
 			return out
 		}

@@ -45,6 +45,9 @@ type deployment struct {
 	policy  string
 	args    []string
 	env     []string
+	// extra is process i's own serve args, after args (its executor
+	// group, say), for every start of it.
+	extra map[int][]string
 
 	mu    sync.Mutex
 	procs []*server // nil while a process is down
@@ -95,7 +98,7 @@ func (d *deployment) startWith(i int, env []string) {
 	d.t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		s, err := launchServe(d.dirs[i], append(slices.Clone(d.env), env...), d.args...)
+		s, err := launchServe(d.dirs[i], append(slices.Clone(d.env), env...), append(slices.Clone(d.args), d.extra[i]...)...)
 		if err == nil {
 			d.mu.Lock()
 			d.procs[i] = s

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/airlock-dev/airlock/events"
+	"github.com/airlock-dev/airlock/internal/failpoint"
 	"github.com/airlock-dev/airlock/internal/oplog"
 	"github.com/nats-io/nats.go"
 )
@@ -58,6 +59,7 @@ func (g *Gate) handleResolve(ctx context.Context, m *nats.Msg) {
 		// push, rather than after that delivery and the reads it needs; a
 		// delivery to this gate waits for it and is then acked, and one
 		// to another gate loses its compare-and-swap on the granted event.
+		failpoint.Hit(failpoint.BeforePush, grant.op.Tool)
 		gctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 		defer cancel()
 		err := g.resumeGranted(gctx, grant.op, grant.seq, grant.granted, grant.held, nil, gctx)

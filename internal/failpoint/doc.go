@@ -9,10 +9,11 @@
 // Failpoints exist only in binaries built with the airlocktest tag. There,
 // AIRLOCK_FAILPOINT arms them: a comma-separated list of NAME or
 // NAME:TOOL (armed for that tool only), NAME@N (kill at the Nth hit, not
-// the first), NAME=error for the error points and NAME=pause:DURATION
-// (stop there once, for that long, instead of dying). An armed kill point sends the process SIGKILL, so no deferred
-// code, flush or shutdown runs: what the crash leaves is what a real crash
-// would. In every other build Hit and Err do nothing and cost nothing.
+// the first), NAME=error for the error points, NAME=pause:DURATION
+// (stop there once, for that long, instead of dying) and
+// NAME=pause-each:DURATION (stop there at every hit). An armed kill point
+// sends the process SIGKILL, so no deferred code, flush or shutdown runs:
+// what the crash leaves is what a real crash would. In every other build Hit and Err do nothing and cost nothing.
 package failpoint
 
 // The failpoints.
@@ -35,6 +36,11 @@ const (
 	AfterResult = "after-result"
 	// PatchBetweenFiles: a patch wrote some of its files, not all.
 	PatchBetweenFiles = "patch-between-files"
+	// BeforePush: a gate appended the grant of an op that its own
+	// process does not start and answered the approver; it has not
+	// pushed the op's resume (ADR 0029). Paused there, a test lets the
+	// grant's delivery start the op elsewhere first.
+	BeforePush = "before-push"
 	// RecordError (an error point): storing the terminal event fails
 	// after the side effect, as a NATS write error would.
 	RecordError = "record-error"

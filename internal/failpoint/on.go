@@ -35,6 +35,10 @@ func parse(s string) (map[string]string, map[string]int) {
 		action := "kill"
 		if name, ok := strings.CutSuffix(f, "=error"); ok {
 			f, action = name, "error"
+		} else if name, d, ok := strings.Cut(f, "=pause-each:"); ok {
+			if _, err := time.ParseDuration(d); err == nil {
+				f, action = name, "pause-each:"+d
+			}
 		} else if name, d, ok := strings.Cut(f, "=pause:"); ok {
 			if _, err := time.ParseDuration(d); err == nil {
 				f, action = name, "pause:"+d
@@ -59,10 +63,17 @@ func lookup(name, tool string) string {
 
 // Hit kills the process with SIGKILL if name is armed (for tool, or for
 // every tool), or, armed as NAME=pause:DURATION, stops the calling
-// goroutine there for that long, once, so that a test can break something
+// goroutine there for that long, once (NAME=pause-each:DURATION: at
+// every hit), so that a test can break something
 // (a NATS node) at that point.
 func Hit(name, tool string) {
 	action := lookup(name, tool)
+	if d, ok := strings.CutPrefix(action, "pause-each:"); ok {
+		dur, _ := time.ParseDuration(d)
+		fmt.Fprintf(os.Stderr, "failpoint %s (%s): pause %s\n", name, tool, dur)
+		time.Sleep(dur)
+		return
+	}
 	if d, ok := strings.CutPrefix(action, "pause:"); ok {
 		mu.Lock()
 		hits[name+"=pause"]++

@@ -110,7 +110,8 @@ func TestClusterLostPushLeavesTheGrantToTheOp(t *testing.T) {
 		ops[i] = held.OpID
 		until(t, 30*time.Second, "the grant is recorded", func() bool {
 			_, err := ap.Resolve(ctx, clusterHeldWS, events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionGrant, Reason: "lost push"})
-			// A gate that reads a replica behind may not see the hold yet.
+			// The approver signs the hold as a process's projection has
+			// it, which may not have folded it yet.
 			require.True(t, err == nil || events.CodeOf(err) == events.CodeHoldNotFound, "%v", err)
 			return err == nil
 		})

@@ -41,3 +41,13 @@ func checkWebhook(s string) error {
 // Webhook is the URL workspace ws's holds are POSTed to, or "" when the
 // policy names none.
 func (p *Policy) Webhook(ws string) string { return p.workspaces[ws].webhook }
+
+// HasWebhooks reports whether any workspace names a webhook.
+func (p *Policy) HasWebhooks() bool {
+	for _, w := range p.workspaces {
+		if w.webhook != "" {
+			return true
+		}
+	}
+	return false
+}

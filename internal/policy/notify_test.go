@@ -31,6 +31,11 @@ workspaces:
 	assert.Empty(t, p.Webhook("quiet"), "an empty notify names no webhook")
 	assert.Empty(t, p.Webhook("dev"))
 	assert.Empty(t, p.Webhook("unlisted"))
+	assert.True(t, p.HasWebhooks())
+	quiet, err := policy.Parse([]byte("workspaces:\n  quiet:\n    notify:\n  dev:\n    mode: auto\n"))
+	require.NoError(t, err)
+	assert.False(t, quiet.HasWebhooks())
+	assert.False(t, policy.Default().HasWebhooks())
 	assert.Equal(t, "https://hooks.example.com/T000/B000/XXX", p.Spec().Workspaces["prod"].Notify.Webhook)
 
 	// Spec returns a copy: changing it changes nothing of the policy.

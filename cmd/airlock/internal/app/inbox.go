@@ -52,6 +52,7 @@ func (a *App) principal(name string) (gate.Principal, bool) {
 func (a *App) notifier(cfg Config) (*notify.Notifier, error) {
 	ncfg := notify.Config{
 		JetStream: a.JetStream, Webhook: func(ws string) string { return a.gate.Policy().Webhook(ws) },
+		Active: func() bool { return a.gate.Policy().HasWebhooks() },
 		Logger: cfg.Logger, Clock: cfg.Clock, Registerer: a.Metrics.Registry(),
 	}
 	if a.uiOrigin != "" {

@@ -58,6 +58,12 @@ type Config struct {
 	// none: the policy in force's (policy.Policy.Webhook), asked again for
 	// every hold, so a reload applies to the next one. Required.
 	Webhook func(ws string) string
+	// Active reports whether any workspace has a webhook now (the policy
+	// in force's policy.Policy.HasWebhooks). While it does not, no hold is
+	// taken: holds wait in the consumer, at no cost, and those still
+	// pending once a webhook is set are announced then. Asked before each
+	// hold, and every IdlePoll while idle. Nil: always.
+	Active func() bool
 	// Link returns the URL where an approver reviews hold holdID of
 	// workspace ws, which need not outlive expires (the hold's expiry).
 	// Nil, or an error, sends the notification without a link.

@@ -12,7 +12,8 @@
 // delivers only holds appended after it was first created, never the
 // stream's history. The notifier is off the decision path: a hold is
 // recorded and answered by the gate whatever becomes of its
-// notification.
+// notification. While no workspace has a webhook (Config.Active) it
+// takes no hold; they wait in the consumer until one is set.
 //
 // # Delivery
 //

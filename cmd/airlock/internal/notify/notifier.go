@@ -84,6 +84,9 @@ func (n *Notifier) Run(ctx context.Context) error {
 	defer func() { _ = grp.Wait() }() // the deliveries return no error
 	slots := make(chan struct{}, n.cfg.MaxInFlight)
 	for {
+		if !n.idle(ctx) {
+			return nil
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -115,6 +118,28 @@ func (n *Notifier) Run(ctx context.Context) error {
 
 // consumer creates or updates the durable consumer, trying again while
 // the cluster settles.
+// IdlePoll is how often a notifier with no webhook to send to (Config.Active
+// false) asks again.
+const IdlePoll = time.Second
+
+// idle waits while no workspace has a webhook, taking no hold; false when
+// ctx ended first.
+func (n *Notifier) idle(ctx context.Context) bool {
+	if n.cfg.Active == nil || n.cfg.Active() {
+		return ctx.Err() == nil
+	}
+	t := time.NewTicker(IdlePoll)
+	defer t.Stop()
+	for !n.cfg.Active() {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 func (n *Notifier) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := streams.AwaitConsumer(ctx, n.cfg.Logger, Consumer, func(ctx context.Context) (jetstream.Consumer, error) {
 		return n.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, consumerConfig())

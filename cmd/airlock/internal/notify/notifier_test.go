@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,6 +228,36 @@ func TestNoWebhookSendsNothing(t *testing.T) {
 	assert.Contains(t, string(got[0].body), p.HoldID)
 	assert.Equal(t, 0.0, value(t, reg, notify.Deliveries, "ws", "dev"))
 	assert.Equal(t, 1.0, value(t, reg, notify.Attempts, "outcome", notify.AttemptOK))
+}
+
+// While no workspace has a webhook, no hold is taken: they wait in the
+// consumer, and those still pending are announced once one is set.
+func TestNoHoldTakenWithoutAnyWebhook(t *testing.T) {
+	e := newEnv(t)
+	hook := newHook(t, status(http.StatusOK))
+	reg := prometheus.NewRegistry()
+	cfg := e.config(hook, reg)
+	var active atomic.Bool
+	cfg.Active = active.Load
+	run(t, cfg)
+	h := e.hold("prod")
+	e.hold("dev")
+	ctx := context.Background()
+	c, err := e.nats.JetStream.Consumer(ctx, streams.Ops, notify.Consumer)
+	require.NoError(t, err)
+	time.Sleep(2 * notify.IdlePoll)
+	info, err := c.Info(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2), info.NumPending, "both holds wait")
+	assert.Zero(t, info.NumAckPending)
+	assert.Zero(t, info.Delivered.Consumer, "none was taken")
+
+	active.Store(true) // a policy with a webhook
+	eventually(t, reg, 1, notify.Deliveries, "ws", "prod", "outcome", notify.Delivered)
+	e.settled()
+	got := hook.received()
+	require.Len(t, got, 1)
+	assert.Contains(t, string(got[0].body), h.HoldID)
 }
 
 // A hold that expired before its turn is not announced.

@@ -174,7 +174,7 @@ func TestReplayReadsArchivedOps(t *testing.T) {
 		t.Skip("subprocess test")
 	}
 	dir := t.TempDir()
-	srv := startServer(t, dir, freePort(t), nil, "--checkpoint-interval", "100ms", "--archive-after", "1s")
+	srv := startServer(t, dir, freePort(t), nil, "--checkpoint-interval", "100ms", "--archive-after", "1s", "--archive-keep", "4")
 	ids := submitEcho(t, srv, "w1", 6)
 	js, err := jetstream.New(srv.connect(t, authority.ServiceName))
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/cmd/airlock/internal/progress"
 	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/internal/livefeed"
+	"github.com/airlock-dev/airlock/internal/streams"
 	"github.com/spf13/cobra"
 )
 
@@ -100,6 +101,7 @@ func newBench() *cobra.Command {
 				if res.ArchiveBytesPerMsg > 0 {
 					fmt.Fprintf(w, "archive:                     %10.0f B      per ops message in its segments  (%.0f B in AIRLOCK_OPS)\n", res.ArchiveBytesPerMsg, res.OpsBytesPerMsg)
 				}
+				fmt.Fprintf(w, "settles of first events:     %10d read   the ops floor, %d answered by the projection (--archive-keep %d)\n", res.SettleReads, res.SettlesAnswered, res.ArchiveKeep)
 			}
 			if res.GateDecidesAll {
 				fmt.Fprintf(w, "every op decided:            %10s       (--gate-decides-all: no op started by the gate's process)\n", "on")
@@ -166,6 +168,7 @@ func newBench() *cobra.Command {
 	f.IntVar(&cfg.Results, "results", 1000, "results to fetch again one at a time, after running the pipeline again keeping none (-1: none)")
 	f.IntVar(&cfg.AuditLeaves, "audit-leaves", 1_000_000, "leaves to append to a bare audit log and verify, after running the pipeline again without the log (-1: none)")
 	f.StringVar(&fsync, "fsync", "interval", "always or interval, as for serve")
+	f.Uint64Var(&cfg.ArchiveKeep, "archive-keep", streams.DefaultArchiveKeep, "the newest messages of AIRLOCK_OPS its purges always leave, as serve's --archive-keep (0: a read of the ops floor per settle, as before ADR 0030): for a comparison")
 	f.BoolVar(&cfg.KeepOps, "keep-ops", false, "keep every op's events in AIRLOCK_OPS, as serve --keep-ops: for a comparison")
 	f.DurationVar(&cfg.ArchiveAfter, "archive-after", projector.DefaultArchiveAfter, "how long ended ops stay in AIRLOCK_OPS, as serve's --archive-after")
 	f.BoolVar(&cfg.GateDecidesAll, "gate-decides-all", false, "decide every op, for the runner's consumer, as before the gate's process started its own ops (ADR 0025): for a comparison")

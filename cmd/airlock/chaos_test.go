@@ -64,7 +64,7 @@ func TestChaosMixedLoad(t *testing.T) {
 	start := time.Now()
 	kills := 0
 	for kills < chaosKills && time.Since(start) < chaosBudget {
-		srv := startServer(t, dir, addr, nil, "--policy", pol, "--claim-timeout", "1s")
+		srv := startServer(t, dir, addr, nil, "--policy", pol, "--claim-timeout", "1s", "--archive-keep", "64")
 		nc := srv.connect(t, "agent", nats.MaxReconnects(0))
 		c, err := producers.New(nc, producers.WithWait(2*time.Second), producers.WithPublishTries(1))
 		require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestChaosMixedLoad(t *testing.T) {
 	}
 
 	// The last start settles everything: recovery of lost claims, retries.
-	srv := startServer(t, dir, addr, nil, "--policy", pol, "--claim-timeout", "1s")
+	srv := startServer(t, dir, addr, nil, "--policy", pol, "--claim-timeout", "1s", "--archive-keep", "64")
 	js, err := jetstream.New(srv.connect(t, authority.ServiceName))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

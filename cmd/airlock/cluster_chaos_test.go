@@ -81,7 +81,7 @@ func TestClusterChaos(t *testing.T) {
 	plan := chaosPlanFromEnv(t)
 	t.Logf("cluster chaos seed %d (AIRLOCK_SOAK_SEED to repeat)", plan.seed)
 	rng := rand.New(rand.NewPCG(plan.seed, 14))
-	d := newDeployment(t, 3, "--claim-timeout", "3s", "--log-level", "info")
+	d := newDeployment(t, 3, "--claim-timeout", "3s", "--log-level", "info", "--archive-keep", "256")
 	js := d.cluster.jetStream(t, d.set)
 	c := d.agent(t, producers.WithWait(3*time.Second), producers.WithPollInterval(250*time.Millisecond))
 	ap := d.approver(t)

@@ -468,12 +468,13 @@ func (d *deployment) procExited(i int) bool {
 // after the archive stream's leader node is killed, and again after the
 // node is back: each op ran once, and each retry is answered with the
 // op's own outcome (ADR 0026). Each settle's read of the ops floor goes
-// to the archive stream's new leader.
+// to the archive stream's new leader (with --archive-keep 0, every
+// settle reads; ADR 0030).
 func TestClusterRetryOfArchivedOpsThroughALeaderLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	d := newDeployment(t, 2, "--archive-after", "1s")
+	d := newDeployment(t, 2, "--archive-after", "1s", "--archive-keep", "0")
 	js := d.cluster.jetStream(t, d.set)
 	c := d.agent(t, producers.WithWait(5*time.Second))
 	ops, err := js.Stream(context.Background(), streams.Ops)

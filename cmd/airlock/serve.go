@@ -164,6 +164,7 @@ func newServe(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.OwnerWait, "owner-wait", 10*time.Second, "how long a lost attempt that only the instance which made it can settle (its ledger is on that instance's disk) waits for that instance to come back, before another ends the op ambiguous")
 	f.IntVar(&cfg.Streams.Replicas, "replicas", 1, "stream replicas (external cluster)")
 	f.DurationVar(&cfg.ArchiveAfter, "archive-after", projector.DefaultArchiveAfter, "how long an ended op's events stay in AIRLOCK_OPS once folded, at least, before they leave it for AIRLOCK_ARCHIVE (see docs/operations.md)")
+	f.Uint64Var(&cfg.Streams.ArchiveKeep, "archive-keep", streams.DefaultArchiveKeep, "for a new AIRLOCK_OPS: how many of its newest messages a purge of ended ops always leaves, so that a retry is told apart with no read per batch (ADR 0030); recorded in the stream, which keeps it; 0 for none")
 	f.BoolVar(&keepOps, "keep-ops", false, "make a new AIRLOCK_OPS that keeps every op's events for good (it denies purges, which cannot be undone): no archive, and the server's memory grows with every op")
 	f.StringVar(&cfg.PolicyFile, "policy", "", "policy file (YAML or JSON; see docs/policy.md); SIGHUP reloads it. Default: a built-in policy shaped by the three flags below")
 	f.StringToStringVar(&wsModes, "workspace-mode", nil, "permission mode of a workspace, WS=auto|confirm|locked (repeatable; anything else is locked)")

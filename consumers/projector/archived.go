@@ -23,10 +23,11 @@ import (
 // that left the stream before it, and Duplicate then says whether the op
 // is one of them; Restate ends the retry with the archived outcome.
 type Archived struct {
-	p  *Projector
-	st *store.Store
-	js jetstream.JetStream
-	a  *archive.Archive
+	p    *Projector
+	st   *store.Store
+	js   jetstream.JetStream
+	a    *archive.Archive
+	keep uint64 // the messages every purge leaves (OpsPurgerConfig.Keep)
 
 	mu   sync.Mutex
 	last *floorRead // the newest read answered
@@ -50,9 +51,10 @@ type floorRead struct {
 }
 
 // NewArchived returns the archived ops of p's stream, as p's store holds
-// them.
-func NewArchived(p *Projector, st *store.Store, js jetstream.JetStream) *Archived {
-	return &Archived{p: p, st: st, js: js, a: p.cfg.Archive}
+// them. keep is the stream's streams.OpsArchiveKeep: how many of its
+// newest messages every purge of the deployment leaves.
+func NewArchived(p *Projector, st *store.Store, js jetstream.JetStream, keep uint64) *Archived {
+	return &Archived{p: p, st: st, js: js, a: p.cfg.Archive, keep: keep}
 }
 
 // settleTimeout bounds Settle's read and wait when ctx has no deadline.
@@ -67,11 +69,13 @@ const settleTimeout = 5 * time.Second
 // reading what left from the archive.
 //
 // No read is needed when the projector has applied every message below
-// upTo, the highest sequence among the caller's events (ADR 0028): an
-// op whose events left before one of them was stored left below it, and
-// is in the projection.
+// upTo-keep, upTo the highest sequence among the caller's events (ADR
+// 0028, ADR 0030): an op whose events left before one of them was stored
+// left below the floor of a purge made before it, which is at most
+// upTo-keep, and is in the projection. No clock is read: only sequences
+// of the stream.
 func (x *Archived) Settle(ctx context.Context, after time.Time, upTo uint64) error {
-	if upTo > 0 && x.p.Applied()+1 >= upTo {
+	if upTo > 0 && x.p.Applied()+1+x.keep >= upTo {
 		x.skipped.Add(1)
 		return nil
 	}

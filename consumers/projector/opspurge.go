@@ -40,6 +40,11 @@ type OpsPurgerConfig struct {
 	After time.Duration
 	// Every is how often the purger looks (DefaultOpsPurgeEvery).
 	Every time.Duration
+	// Keep is how many of the ops stream's newest messages, as this
+	// process's projector has applied them, a purge always leaves: the
+	// stream's streams.OpsArchiveKeep, the same in every process (ADR
+	// 0030). Zero: none beyond the rest of the floor.
+	Keep uint64
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -52,7 +57,10 @@ type OpsPurgerConfig struct {
 //   - the first event of the oldest op the projection holds as not ended
 //     (store.LiveOpFloor);
 //   - one past the last message this process's projector had applied
-//     After ago.
+//     After ago;
+//   - one past the last message it has applied, less Keep (ADR 0030):
+//     a purge before an event stored at S has its floor at S-Keep or
+//     below, so a projection within Keep of S holds every op that left.
 //
 // Rejections and records of controls and policies stay. The floor is
 // stored in the archive first, unless a higher one is (archive.RaiseFloor): a retry of an op that
@@ -140,7 +148,10 @@ func (u *OpsPurger) purge(ctx context.Context, st jetstream.Stream, now time.Tim
 	}
 	old := u.samples[i].seq
 	u.samples = append(u.samples[:0], u.samples[i:]...)
-	floor := min(old+1, p.ArchiveEnd(), cur+1)
+	if cur+1 <= u.cfg.Keep {
+		return
+	}
+	floor := min(old+1, p.ArchiveEnd(), cur+1-u.cfg.Keep)
 	live, err := u.cfg.Store.LiveOpFloor()
 	if err != nil {
 		u.cfg.Logger.Warn("ops purge skipped: reading the live ops failed", "err", err)

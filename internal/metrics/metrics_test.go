@@ -70,7 +70,7 @@ func newFixtureApplied(t *testing.T, maxLag, seq uint64) *fixture {
 	require.NoError(t, err)
 	purger, err := projector.NewOpsPurger(projector.OpsPurgerConfig{JetStream: n.JetStream, Store: st, Projector: ap})
 	require.NoError(t, err)
-	f.archived = projector.NewArchived(ap, st, n.JetStream)
+	f.archived = projector.NewArchived(ap, st, n.JetStream, 0)
 	f.m, err = metrics.New(metrics.Config{
 		Store: st, Projector: p, JetStream: n.JetStream, Transitions: metrics.NewTransitions(), MaxLag: maxLag, Live: live,
 		Results:     eraser,

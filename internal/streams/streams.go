@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -96,6 +97,33 @@ type Config struct {
 	// stream that denies purges allow them: an existing stream keeps what
 	// it was made with.
 	PurgeOps bool
+	// ArchiveKeep is, for a new AIRLOCK_OPS, how many of its newest
+	// messages, as a purger's projection knows them, a purge of ended ops
+	// always leaves (ADR 0030): a settle of events within that distance of
+	// the projection needs no read of the ops floor. It is recorded in the
+	// stream's metadata (MetaArchiveKeep) and read from there by every
+	// process (OpsArchiveKeep): an existing stream keeps what it was made
+	// with, none for a stream made before (0, ADR 0028's settles).
+	ArchiveKeep uint64
+}
+
+// MetaArchiveKeep is the key of AIRLOCK_OPS's metadata that records
+// Config.ArchiveKeep.
+const MetaArchiveKeep = "airlock_archive_keep"
+
+// DefaultArchiveKeep is serve's and bench's Config.ArchiveKeep: far more
+// messages than a projection trails its own process's appends by under
+// load (hundreds to a few thousand), so that settles read nothing.
+const DefaultArchiveKeep = 1 << 16
+
+// OpsArchiveKeep is the ArchiveKeep an ops stream was made with: 0 when
+// its metadata records none, or something that is not a count.
+func OpsArchiveKeep(sc jetstream.StreamConfig) uint64 {
+	n, err := strconv.ParseUint(sc.Metadata[MetaArchiveKeep], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 func (c Config) withDefaults() Config {
@@ -182,7 +210,17 @@ func OpsConfig(c Config) jetstream.StreamConfig {
 		DenyPurge:   !c.PurgeOps,
 		DenyDelete:  true,
 		RePublish:   rePublish(c.Live),
+		Metadata:    archiveKeepMeta(c),
 	}
+}
+
+// archiveKeepMeta is a new ops stream's metadata: its ArchiveKeep, when
+// ended ops may leave it.
+func archiveKeepMeta(c Config) map[string]string {
+	if !c.PurgeOps || c.ArchiveKeep == 0 {
+		return nil
+	}
+	return map[string]string{MetaArchiveKeep: strconv.FormatUint(c.ArchiveKeep, 10)}
 }
 
 // ArchiveConfig is the configuration of the archive stream: segments of
@@ -266,7 +304,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 			if sc.Name == Ops {
 				// Whether AIRLOCK_OPS allows purges is settled when it is
 				// made (Config.PurgeOps): a restart never takes it away.
+				// So is what its purges keep (Config.ArchiveKeep): every
+				// process reads it from the stream, and none may purge
+				// closer than another settles.
 				sc.DenyPurge = have.DenyPurge
+				sc.Metadata = have.Metadata
 			}
 			if same(have, sc) {
 				continue // nothing to change: no update, no advisory

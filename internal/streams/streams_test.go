@@ -149,3 +149,40 @@ func TestProvisionKeepsHandSetLimitsAcrossTheFeed(t *testing.T) {
 		assert.Equal(t, int64(1<<30), info.Config.MaxBytes, "kept, live %v", live)
 	}
 }
+
+// What a new ops stream's purges keep (ArchiveKeep, ADR 0030) is recorded
+// in its metadata and read back from it; a stream made before, with none,
+// keeps none through every later Provision, whatever its config asks,
+// and so does one made with a value: the processes of a deployment all
+// read the stream's.
+func TestOpsArchiveKeepIsTheStreams(t *testing.T) {
+	_, js := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keep := func() uint64 {
+		st, err := js.Stream(ctx, streams.Ops)
+		require.NoError(t, err)
+		return streams.OpsArchiveKeep(st.CachedInfo().Config)
+	}
+
+	// Made before ArchiveKeep: none, and Provision adds none, also when
+	// it updates the stream for another setting.
+	_, err := js.CreateStream(ctx, streams.OpsConfig(streams.Config{PurgeOps: true}))
+	require.NoError(t, err)
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{PurgeOps: true, ArchiveKeep: 100, Duplicates: 3 * time.Minute}))
+	assert.Zero(t, keep())
+	st, err := js.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Minute, st.CachedInfo().Config.Duplicates, "updated")
+	require.NoError(t, js.DeleteStream(ctx, streams.Ops))
+
+	// Made with it: recorded, and kept by an update that asks for another.
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{PurgeOps: true, ArchiveKeep: 100}))
+	assert.Equal(t, uint64(100), keep())
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{PurgeOps: true, ArchiveKeep: 7, Duplicates: 3 * time.Minute}))
+	assert.Equal(t, uint64(100), keep())
+
+	// A stream that keeps every op's events purges nothing: none recorded.
+	assert.Nil(t, streams.OpsConfig(streams.Config{ArchiveKeep: 100}).Metadata)
+	assert.Zero(t, streams.OpsArchiveKeep(jetstream.StreamConfig{Metadata: map[string]string{streams.MetaArchiveKeep: "many"}}))
+}

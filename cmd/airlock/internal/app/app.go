@@ -435,7 +435,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	// Ended ops leave the ops stream for the archive when the stream
 	// allows purges (ADR 0026): a stream made by an earlier version keeps
 	// every op, and nothing here changes.
-	archiving, err := opsArchived(sctx, a.JetStream)
+	archiving, keep, err := opsArchived(sctx, a.JetStream)
 	if err != nil {
 		return err
 	}
@@ -447,9 +447,9 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	}
 	var archived *projector.Archived
 	if archiving {
-		archived = projector.NewArchived(a.Projector, a.Store, a.JetStream)
+		archived = projector.NewArchived(a.Projector, a.Store, a.JetStream, keep)
 		if a.opsPurger, err = projector.NewOpsPurger(projector.OpsPurgerConfig{
-			JetStream: a.JetStream, Store: a.Store, Projector: a.Projector, After: cfg.ArchiveAfter, Logger: cfg.Logger,
+			JetStream: a.JetStream, Store: a.Store, Projector: a.Projector, After: cfg.ArchiveAfter, Keep: keep, Logger: cfg.Logger,
 		}); err != nil {
 			return err
 		}
@@ -746,13 +746,15 @@ func (a *App) resultStore(cfg Config) (*results.Store, error) {
 var _ projector.Observer = (*metrics.Transitions)(nil)
 
 // opsArchived reports whether the ops stream lets ended ops leave it for
-// the archive: whether it allows purges (ADR 0026).
-func opsArchived(ctx context.Context, js jetstream.JetStream) (bool, error) {
+// the archive: whether it allows purges (ADR 0026); and how many of its
+// newest messages its purges keep (ADR 0030).
+func opsArchived(ctx context.Context, js jetstream.JetStream) (bool, uint64, error) {
 	st, err := js.Stream(ctx, streams.Ops)
 	if err != nil {
-		return false, fmt.Errorf("app: %w", err)
+		return false, 0, fmt.Errorf("app: %w", err)
 	}
-	return !st.CachedInfo().Config.DenyPurge, nil
+	sc := st.CachedInfo().Config
+	return !sc.DenyPurge, streams.OpsArchiveKeep(sc), nil
 }
 
 // runnerArchived is a as the runner takes it: a nil interface for none.
@@ -769,4 +771,14 @@ type archiveStats struct {
 	*projector.Projector
 	*projector.OpsPurger
 	*projector.Archived
+}
+
+// Settles counts the settles of first events that read the ops floor, and
+// those the projection answered alone (ADR 0028, ADR 0030); zero when
+// ended ops stay in the ops stream.
+func (a *App) Settles() (read, answered uint64) {
+	if a.archiveStats == nil {
+		return 0, 0
+	}
+	return a.archiveStats.Settles()
 }

@@ -192,7 +192,7 @@ func TestSettleWaitsForTheProjectionToReachTheFloor(t *testing.T) {
 	defer st.Close()
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: archive.New(n.JetStream)})
 	require.NoError(t, err)
-	x := projector.NewArchived(p, st, n.JetStream)
+	x := projector.NewArchived(p, st, n.JetStream, 0)
 	op, err := x.Duplicate(first.OpID, 1<<40)
 	require.NoError(t, err)
 	require.Nil(t, op, "not folded yet")
@@ -230,7 +230,7 @@ func TestSettleNeedsNoReadOncePastTheEvents(t *testing.T) {
 	arch := archive.New(n.JetStream)
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: arch})
 	require.NoError(t, err)
-	x := projector.NewArchived(p, st, n.JetStream)
+	x := projector.NewArchived(p, st, n.JetStream, 0)
 	// Another process raised the floor far above this projection, which
 	// has applied nothing.
 	require.NoError(t, arch.RaiseFloor(ctx, 1<<40))
@@ -261,6 +261,92 @@ func TestSettleNeedsNoReadOncePastTheEvents(t *testing.T) {
 	read, answered := x.Settles()
 	assert.Equal(t, uint64(2), answered)
 	assert.Equal(t, uint64(3), read)
+	pcancel()
+	require.NoError(t, <-done)
+}
+
+// The purges of a stream made with an ArchiveKeep leave that many of its
+// newest messages, as the purger's projection has applied them (ADR
+// 0030): ended ops past --archive-after stay while they are among them,
+// and leave once enough came after.
+func TestPurgesKeepTheNewestMessages(t *testing.T) {
+	const keep = 40
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true, ArchiveKeep: keep})
+	a, _ := countingApp(t, archiving(app.Config{NATSURL: n.Server.ClientURL()}))
+	c, _ := apptest.Client(t, a.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ops, err := n.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	run := func(x int) string {
+		out, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"keep":%d}`, x))})
+		require.NoError(t, err)
+		require.Equal(t, events.StateCompleted, out.State)
+		return out.OpID
+	}
+	first := run(0)
+	for i := 1; i < keep; i++ {
+		run(i)
+	}
+	gone(t, a, "ws", first)
+	floor := a.OpsFloor()
+	assert.LessOrEqual(t, floor+keep, a.Projector.Applied()+1, "a purge leaves the newest %d messages", keep)
+
+	// The last op ended well over --archive-after ago, and is still among
+	// the newest messages: it stays, until enough come after it.
+	last := run(keep)
+	time.Sleep(3 * time.Second)
+	_, err = oplog.Last(ctx, ops, "ws", last)
+	require.NoError(t, err, "kept: among the newest %d messages", keep)
+	assert.LessOrEqual(t, a.OpsFloor()+keep, a.Projector.Applied()+1)
+	for i := keep + 1; i < 2*keep; i++ {
+		run(i)
+	}
+	gone(t, a, "ws", last)
+}
+
+// With an ArchiveKeep, a settle reads nothing while the projection is
+// within that many messages of the events it is asked about: a purge
+// before them left at least that many (ADR 0030). Farther, the floor is
+// read, and waited for.
+func TestSettleNeedsNoReadWithinTheKeep(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.Open(t.TempDir())
+	require.NoError(t, err)
+	defer st.Close()
+	arch := archive.New(n.JetStream)
+	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: arch})
+	require.NoError(t, err)
+	const keep = 10
+	x := projector.NewArchived(p, st, n.JetStream, keep)
+	// Another process raised the floor far above this projection, which
+	// has applied nothing.
+	require.NoError(t, arch.RaiseFloor(ctx, 1<<40))
+	require.Zero(t, p.Applied())
+
+	settle := func(upTo uint64) error {
+		sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer scancel()
+		return x.Settle(sctx, time.Now(), upTo)
+	}
+	require.NoError(t, settle(keep+1), "within the keep of nothing applied")
+	assert.ErrorIs(t, settle(keep+2), context.DeadlineExceeded, "one past it: the floor is read, and waited for")
+
+	for range 3 {
+		_, err := n.JetStream.Publish(ctx, events.ModeSubject("ws"), []byte(`{}`))
+		require.NoError(t, err)
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	require.NoError(t, p.WaitApplied(ctx, 3))
+	require.NoError(t, settle(3+keep+1))
+	assert.ErrorIs(t, settle(3+keep+2), context.DeadlineExceeded)
+	read, answered := x.Settles()
+	assert.Equal(t, uint64(2), answered)
+	assert.Equal(t, uint64(2), read)
 	pcancel()
 	require.NoError(t, <-done)
 }

@@ -51,6 +51,9 @@ type Config struct {
 	// ArchiveAfter (default serve's) after they are folded (ADR 0026).
 	KeepOps      bool
 	ArchiveAfter time.Duration
+	// ArchiveKeep is the ops stream's streams.Config.ArchiveKeep, as
+	// serve's --archive-keep.
+	ArchiveKeep uint64
 	// Holds is the number of held ops granted in the hold phase, after
 	// the pipeline phase; default 200, -1 for none.
 	Holds int
@@ -198,6 +201,12 @@ type Result struct {
 	// otherwise ended ops left it ArchiveAfterS after they were folded.
 	KeepOps       bool    `json:"keep_ops,omitempty"`
 	ArchiveAfterS float64 `json:"archive_after_s,omitempty"`
+	// ArchiveKeep is what purges of the ops stream left (--archive-keep);
+	// SettleReads and SettlesAnswered count the settles of the whole run
+	// that read the ops floor and those the projection answered alone.
+	ArchiveKeep     uint64 `json:"archive_keep"`
+	SettleReads     uint64 `json:"settle_reads"`
+	SettlesAnswered uint64 `json:"settles_answered"`
 	// Holds ops were held, then granted; HoldP50MS and HoldP99MS are the
 	// grant-to-completed latency.
 	Holds     int     `json:"holds"`
@@ -373,7 +382,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		DataDir: filepath.Join(cfg.Dir, "pipeline"), SyncAlways: cfg.SyncAlways, Logger: quiet(), NoAuditLog: cfg.noLog,
 		ResultTTL: resultTTL(cfg.noResults),
 		LiveFeed:  cfg.LiveFeed, GateDecidesAll: cfg.GateDecidesAll,
-		Streams: streams.Config{PurgeOps: !cfg.KeepOps}, ArchiveAfter: cfg.archiveAfter(),
+		Streams: streams.Config{PurgeOps: !cfg.KeepOps, ArchiveKeep: cfg.ArchiveKeep}, ArchiveAfter: cfg.archiveAfter(),
 		Policy: policy.Spec{
 			// echo writes here, so that it is held in the hold phase's
 			// confirm workspace; it runs at once in the auto one.
@@ -464,6 +473,7 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	res.KeepOps = cfg.KeepOps
 	if !cfg.KeepOps {
 		res.ArchiveAfterS = cfg.archiveAfter().Seconds()
+		res.ArchiveKeep = cfg.ArchiveKeep
 	}
 	res.GOGC = GOGC()
 	res.FaultsPerOp = float64(faults) / float64(cfg.Ops)
@@ -549,6 +559,9 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 		if err := execs(ctx, cfg, c, execRoot, res); err != nil {
 			return 0, 0, fmt.Errorf("execs: %w", err)
 		}
+	}
+	if !cfg.noLog && !cfg.noResults {
+		res.SettleReads, res.SettlesAnswered = a.Settles()
 	}
 	// Requests are erased once their ops end: their bytes are counted at
 	// the mean size of the messages kept.

@@ -133,8 +133,9 @@ func (g *Gate) archivedExisting(ctx context.Context, opID string, last *oplog.Ev
 		if err == nil && first.Type.First() {
 			return found{}, false, nil // the op's own events are there
 		}
-		// The op's events left before its erasure was stored.
-		if err := g.cfg.Archived.Settle(ctx, time.Now(), last.Seq); err != nil {
+		// The op's events left, before or after its erasure was stored:
+		// the projection must hold every op with an event below it.
+		if err := g.cfg.Archived.SettleThrough(ctx, time.Now(), last.Seq); err != nil {
 			return found{}, false, err
 		}
 		if op := g.archivedOp(opID); op != nil {

@@ -109,6 +109,9 @@ type Archived interface {
 	// stream before after, the events asked about being at or below
 	// upTo (0: not known).
 	Settle(ctx context.Context, after time.Time, upTo uint64) error
+	// SettleThrough returns once Duplicate knows every op with an event
+	// below upTo, whenever its events left the ops stream.
+	SettleThrough(ctx context.Context, after time.Time, upTo uint64) error
 	// Duplicate is the archived op of which the event at seq is a retry;
 	// nil when it is none.
 	Duplicate(opID string, seq uint64) (*events.Op, error)

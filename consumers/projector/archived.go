@@ -32,6 +32,12 @@ type Archived struct {
 	mu   sync.Mutex
 	last *floorRead // the newest read answered
 	next *floorRead // the newest read sent
+	// start is a floor read after this process started: every purge
+	// made before then, with whatever keep, is below it. A settle
+	// answers within keep only once the projection has passed it.
+	start   *floorRead
+	created time.Time
+	head    atomic.Uint64 // the highest sequence settled
 
 	skipped atomic.Uint64 // settles the projection answered alone
 	reads   atomic.Uint64 // settles that waited on a read of the floor
@@ -54,7 +60,7 @@ type floorRead struct {
 // them. keep is the stream's streams.OpsArchiveKeep: how many of its
 // newest messages every purge of the deployment leaves.
 func NewArchived(p *Projector, st *store.Store, js jetstream.JetStream, keep uint64) *Archived {
-	return &Archived{p: p, st: st, js: js, a: p.cfg.Archive, keep: keep}
+	return &Archived{p: p, st: st, js: js, a: p.cfg.Archive, keep: keep, created: time.Now()}
 }
 
 // settleTimeout bounds Settle's read and wait when ctx has no deadline.
@@ -69,15 +75,36 @@ const settleTimeout = 5 * time.Second
 // reading what left from the archive.
 //
 // No read is needed when the projector has applied every message below
-// upTo-keep, upTo the highest sequence among the caller's events (ADR
-// 0028, ADR 0030): an op whose events left before one of them was stored
-// left below the floor of a purge made before it, which is at most
-// upTo-keep, and is in the projection. No clock is read: only sequences
-// of the stream.
+// upTo, the highest sequence among the caller's events (ADR 0028); nor
+// when it has applied every message below upTo-keep and below the floor
+// read once after this process started (ADR 0030): an op whose events
+// left before one of the caller's was stored left in a purge made before
+// it, whose floor is at most upTo-keep when the purge kept keep (every
+// purge since this process started: the deployment's processes share
+// keep), and at most that start floor when it was made before. No clock
+// is read: only sequences of the stream.
 func (x *Archived) Settle(ctx context.Context, after time.Time, upTo uint64) error {
-	if upTo > 0 && x.p.Applied()+1+x.keep >= upTo {
-		x.skipped.Add(1)
-		return nil
+	return x.settle(ctx, after, upTo, x.keep)
+}
+
+// SettleThrough returns once this process's projection holds every op
+// with an event below upTo, whenever that op's events left the ops
+// stream: before or after the event at upTo was stored. It is Settle
+// without the keep (a purge after upTo's event may take events below
+// it), for an event that was not stored after its op's events left.
+func (x *Archived) SettleThrough(ctx context.Context, after time.Time, upTo uint64) error {
+	return x.settle(ctx, after, upTo, 0)
+}
+
+func (x *Archived) settle(ctx context.Context, after time.Time, upTo, keep uint64) error {
+	if upTo > 0 {
+		for h := x.head.Load(); upTo > h && !x.head.CompareAndSwap(h, upTo); h = x.head.Load() {
+		}
+		applied := x.p.Applied()
+		if applied+1 >= upTo || (keep > 0 && applied+1+keep >= upTo && x.pastStart(ctx, applied)) {
+			x.skipped.Add(1)
+			return nil
+		}
 	}
 	x.reads.Add(1)
 	if _, ok := ctx.Deadline(); !ok {
@@ -98,22 +125,52 @@ func (x *Archived) Settle(ctx context.Context, after time.Time, upTo uint64) err
 	return nil
 }
 
+// pastStart reports whether the projection, at applied, has passed the
+// floor read after this process started; the first call reads it.
+func (x *Archived) pastStart(ctx context.Context, applied uint64) bool {
+	x.mu.Lock()
+	r := x.start
+	x.mu.Unlock()
+	if r == nil {
+		floor, err := x.floor(ctx, x.created)
+		if err != nil {
+			return false // read again by the settle
+		}
+		x.mu.Lock()
+		if x.start == nil {
+			x.start = &floorRead{floor: floor}
+		}
+		r = x.start
+		x.mu.Unlock()
+	}
+	return applied+1 >= r.floor
+}
+
 // CatchUp returns once the projection has folded everything below the
-// ops floor as last read (read now when none was), before the caller
-// stores first events: a process whose projection is far behind (a new
-// one, catching up from the archive) then holds its requests back,
-// rather than store first events it cannot tell apart yet and have to
-// take back. Settle, after the append, stays what makes a retry safe.
+// ops floor as last read (read now when none was, or, with a keep, when
+// the projection is more than keep behind the newest events settled),
+// before the caller stores first events: a process whose projection is
+// far behind (a new one, catching up from the archive) then holds its
+// requests back, rather than store first events it cannot tell apart yet
+// and have to take back. Settle, after the append, stays what makes a
+// retry safe.
 func (x *Archived) CatchUp(ctx context.Context) error {
 	x.mu.Lock()
 	l := x.last
 	x.mu.Unlock()
+	// With a keep, settles rarely read, and the last floor read may be
+	// old: one far behind the newest events settled is read again.
+	behind := x.keep > 0 && x.p.Applied()+1+x.keep < x.head.Load()
 	floor := uint64(0)
-	if l != nil && l.err == nil {
+	if l != nil && l.err == nil && !behind {
 		floor = l.floor
 	} else {
+		var after time.Time
+		if behind {
+			after = time.Now()
+		}
 		var err error
-		if floor, err = x.floor(ctx, time.Time{}); err != nil {
+		if floor, err = x.floor(ctx, after); err != nil {
 			return fmt.Errorf("archived ops: %w", err)
 		}
 	}

@@ -272,7 +272,7 @@ func TestSettleNeedsNoReadOncePastTheEvents(t *testing.T) {
 func TestPurgesKeepTheNewestMessages(t *testing.T) {
 	const keep = 40
 	n := testenv.StartNATS(t, streams.Config{PurgeOps: true, ArchiveKeep: keep})
-	a, _ := countingApp(t, archiving(app.Config{NATSURL: n.Server.ClientURL()}))
+	a, counter := countingApp(t, archiving(app.Config{NATSURL: n.Server.ClientURL()}))
 	c, _ := apptest.Client(t, a.ClientURL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -291,6 +291,16 @@ func TestPurgesKeepTheNewestMessages(t *testing.T) {
 	gone(t, a, "ws", first)
 	floor := a.OpsFloor()
 	assert.LessOrEqual(t, floor+keep, a.Projector.Applied()+1, "a purge leaves the newest %d messages", keep)
+	// A retry of the archived op, settled within the keep, runs nothing.
+	read, _ := a.Settles()
+	again, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"keep":0}`)})
+	require.NoError(t, err)
+	assert.Equal(t, first, again.OpID)
+	assert.Equal(t, events.StateCompleted, again.State)
+	assert.Equal(t, 1, executions(t, counter, first))
+	after, answered := a.Settles()
+	assert.Equal(t, read, after, "no settle read the floor")
+	assert.Positive(t, answered)
 
 	// The last op ended well over --archive-after ago, and is still among
 	// the newest messages: it stays, until enough come after it.
@@ -305,48 +315,109 @@ func TestPurgesKeepTheNewestMessages(t *testing.T) {
 	gone(t, a, "ws", last)
 }
 
-// With an ArchiveKeep, a settle reads nothing while the projection is
-// within that many messages of the events it is asked about: a purge
-// before them left at least that many (ADR 0030). Farther, the floor is
-// read, and waited for.
-func TestSettleNeedsNoReadWithinTheKeep(t *testing.T) {
-	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// archivedOf is a projection and its Archived with keep on n's streams,
+// and a way to run its projector until the test ends; another process's
+// purges are played by raising the floor.
+func archivedOf(t *testing.T, n *testenv.NATS, keep uint64) (*projector.Projector, *projector.Archived, *archive.Archive, func()) {
+	t.Helper()
 	st, err := store.Open(t.TempDir())
 	require.NoError(t, err)
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() })
 	arch := archive.New(n.JetStream)
 	p, err := projector.New(projector.Config{JetStream: n.JetStream, Store: st, Archive: arch})
 	require.NoError(t, err)
-	const keep = 10
-	x := projector.NewArchived(p, st, n.JetStream, keep)
-	// Another process raised the floor far above this projection, which
-	// has applied nothing.
-	require.NoError(t, arch.RaiseFloor(ctx, 1<<40))
-	require.Zero(t, p.Applied())
-
-	settle := func(upTo uint64) error {
-		sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		defer scancel()
-		return x.Settle(sctx, time.Now(), upTo)
+	run := func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, <-done)
+		})
 	}
-	require.NoError(t, settle(keep+1), "within the keep of nothing applied")
-	assert.ErrorIs(t, settle(keep+2), context.DeadlineExceeded, "one past it: the floor is read, and waited for")
+	return p, projector.NewArchived(p, st, n.JetStream, keep), arch, run
+}
 
-	for range 3 {
-		_, err := n.JetStream.Publish(ctx, events.ModeSubject("ws"), []byte(`{}`))
+// publish stores k records of controls in the ops stream.
+func publish(t *testing.T, n *testenv.NATS, k int) {
+	t.Helper()
+	for range k {
+		_, err := n.JetStream.Publish(context.Background(), events.ModeSubject("ws"), []byte(`{}`))
 		require.NoError(t, err)
 	}
-	pctx, pcancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	require.NoError(t, p.WaitApplied(ctx, 3))
-	require.NoError(t, settle(3+keep+1))
-	assert.ErrorIs(t, settle(3+keep+2), context.DeadlineExceeded)
+}
+
+// settleWithin settles up to upTo, giving up after 200 ms (a settle that
+// reads the floor waits for the projection to reach it).
+func settleWithin(x *projector.Archived, upTo uint64, through bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if through {
+		return x.SettleThrough(ctx, time.Now(), upTo)
+	}
+	return x.Settle(ctx, time.Now(), upTo)
+}
+
+// With an ArchiveKeep, a settle reads nothing while the projection is
+// within that many messages of the events it is asked about: a purge
+// before them left at least that many (ADR 0030). Farther, the floor is
+// read, and waited for; so it is for SettleThrough, whose events may
+// have been stored before their ops' events left.
+func TestSettleNeedsNoReadWithinTheKeep(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	const keep = 10
+	p, x, arch, run := archivedOf(t, n, keep)
+	require.Zero(t, p.Applied())
+	require.NoError(t, settleWithin(x, keep+1, false), "within the keep of nothing applied")
+	// Far above the projection: only a purge that kept less than keep
+	// could store it.
+	require.NoError(t, arch.RaiseFloor(context.Background(), 1<<40))
+	require.NoError(t, settleWithin(x, keep+1, false))
+	assert.ErrorIs(t, settleWithin(x, keep+2, false), context.DeadlineExceeded, "one past it: the floor is read, and waited for")
+	assert.ErrorIs(t, settleWithin(x, 2, true), context.DeadlineExceeded, "through: no keep")
+
+	publish(t, n, 3)
+	run()
+	require.NoError(t, p.WaitApplied(context.Background(), 3))
+	require.NoError(t, settleWithin(x, 3+keep+1, false))
+	assert.ErrorIs(t, settleWithin(x, 3+keep+2, false), context.DeadlineExceeded)
+	require.NoError(t, settleWithin(x, 4, true), "through, past everything below")
+	read, answered := x.Settles()
+	assert.Equal(t, uint64(4), answered)
+	assert.Equal(t, uint64(3), read)
+}
+
+// Purges made before this process started may have kept less than the
+// keep (a deployment that adopted it, with every process stopped): a
+// settle within the keep reads nothing only once the projection has
+// passed the floor as read after the start.
+func TestSettleWithinTheKeepWaitsForTheStartFloor(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	publish(t, n, 4)
+	// A purge before this process's start, up to 5.
+	require.NoError(t, archive.New(n.JetStream).RaiseFloor(context.Background(), 5))
+	p, x, _, run := archivedOf(t, n, 1000)
+	assert.ErrorIs(t, settleWithin(x, 6, false), context.DeadlineExceeded, "the projection has not folded what left before the start")
+	run()
+	require.NoError(t, p.WaitApplied(context.Background(), 4))
+	require.NoError(t, settleWithin(x, 6, false))
+	require.NoError(t, settleWithin(x, 900, false))
 	read, answered := x.Settles()
 	assert.Equal(t, uint64(2), answered)
-	assert.Equal(t, uint64(2), read)
-	pcancel()
-	require.NoError(t, <-done)
+	assert.Equal(t, uint64(1), read)
+}
+
+// With a keep, CatchUp reads the floor again when the projection is more
+// than keep behind the newest events settled: the floor read last may be
+// old, since settles rarely read.
+func TestCatchUpReadsAgainWhenFarBehind(t *testing.T) {
+	n := testenv.StartNATS(t, streams.Config{PurgeOps: true})
+	_, x, arch, _ := archivedOf(t, n, 10)
+	ctx := context.Background()
+	require.NoError(t, x.CatchUp(ctx), "no floor yet")
+	require.NoError(t, settleWithin(x, 100, false), "read: no floor yet, nothing to wait for")
+	require.NoError(t, arch.RaiseFloor(ctx, 50))
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, x.CatchUp(cctx), context.DeadlineExceeded, "the new floor is read, and waited for")
 }

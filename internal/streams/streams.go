@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -294,27 +295,7 @@ func storage(c Config) jetstream.StorageType {
 // (SetLive): an existing stream keeps its RePublish through the update.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range []jetstream.StreamConfig{RequestsConfig(c), OpsConfig(c), HeldConfig(c), ResultsConfig(c), ArchiveConfig(c)} {
-		if st, err := js.Stream(ctx, sc.Name); err == nil {
-			have := st.CachedInfo().Config
-			sc.RePublish = have.RePublish
-			// JetStream never lets a stream that denies purges allow them:
-			// a requests stream made by an earlier version keeps denying
-			// them, and its scrubber deletes each request on its own.
-			sc.DenyPurge = sc.DenyPurge || have.DenyPurge
-			if sc.Name == Ops {
-				// Whether AIRLOCK_OPS allows purges is settled when it is
-				// made (Config.PurgeOps): a restart never takes it away.
-				// So is what its purges keep (Config.ArchiveKeep): every
-				// process reads it from the stream, and none may purge
-				// closer than another settles.
-				sc.DenyPurge = have.DenyPurge
-				sc.Metadata = have.Metadata
-			}
-			if same(have, sc) {
-				continue // nothing to change: no update, no advisory
-			}
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := provisionStream(ctx, js, sc); err != nil {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 	}
@@ -325,6 +306,42 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		return err
 	}
 	return provisionApprovers(ctx, js, c)
+}
+
+// provisionStream creates sc's stream, or updates it to sc where it
+// differs, keeping what is settled when it is made. A stream that another
+// process made a moment before (both found none) is updated as if it had
+// been found: what it was made with stays.
+func provisionStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, sc.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = js.CreateStream(ctx, sc); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		st, err = js.Stream(ctx, sc.Name)
+	}
+	if err != nil {
+		return err
+	}
+	have := st.CachedInfo().Config
+	sc.RePublish = have.RePublish
+	// JetStream never lets a stream that denies purges allow them: a
+	// requests stream made by an earlier version keeps denying them, and
+	// its scrubber deletes each request on its own.
+	sc.DenyPurge = sc.DenyPurge || have.DenyPurge
+	if sc.Name == Ops {
+		// Whether AIRLOCK_OPS allows purges is settled when it is made
+		// (Config.PurgeOps): a restart never takes it away. So is what its
+		// purges keep (Config.ArchiveKeep): every process reads it from
+		// the stream, and none may purge closer than another settles.
+		sc.DenyPurge = have.DenyPurge
+		sc.Metadata = have.Metadata
+	}
+	if same(have, sc) {
+		return nil // nothing to change: no update, no advisory
+	}
+	_, err = js.UpdateStream(ctx, sc)
+	return err
 }
 
 // provisionAudit creates the audit checkpoint bucket, or updates it when

@@ -165,6 +165,11 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 		return errors.New("resume: request or controls unreadable")
 	}
 	if next.typ == events.TypeDecided && m != nil && g.resumeHere(op) && g.operandsUnchanged(ctx, op, next, held) {
+		// The op is started here, by no runner: tell a retry of an
+		// archived op first, as a runner does with a decided event.
+		if done, err := g.archivedGrant(ctx, op, grantedSeq, next.inbox); done || err != nil {
+			return err
+		}
 		if release, ok := g.startHere(op.Tool, op.ID); ok {
 			st, seq, err := g.startResumed(ctx, m, op, grantedSeq, next)
 			if err != nil {
@@ -201,6 +206,33 @@ func (g *Gate) resumeGranted(ctx context.Context, op oplog.Op, grantedSeq uint64
 	}
 	g.cfg.Logger.Info("hold resumed", "op", op.ID, "ws", op.Workspace, "hold", gr.HoldID, "event_type", next.typ, "seq", seq)
 	return nil
+}
+
+// archivedGrant ends the op of the grant at grantedSeq with its archived
+// outcome when the op is a retry of one that ended and left the ops
+// stream (ADR 0026): the retry's held event was stored as a first event,
+// and its gate could not end it before a grant came (it stopped, or could
+// not read the archive). It reports whether it did, answering inbox; an
+// error leaves the grant to its next delivery.
+func (g *Gate) archivedGrant(ctx context.Context, op oplog.Op, grantedSeq uint64, inbox string) (bool, error) {
+	a := g.cfg.Archived
+	if a == nil {
+		return false, nil
+	}
+	if err := a.Settle(ctx, time.Now(), grantedSeq); err != nil {
+		return false, fmt.Errorf("resume: tell a retry of an archived op: %w", err)
+	}
+	arch, err := a.Duplicate(op.ID, grantedSeq)
+	if err != nil || arch == nil {
+		return false, err
+	}
+	r, err := g.restate(ctx, arch, grantedSeq)
+	if err != nil {
+		return false, fmt.Errorf("resume: restate archived op %s: %w", op.ID, err)
+	}
+	g.cfg.Logger.Info("grant of a retry of an archived op answered with its outcome; nothing run", "op", op.ID, "ws", op.Workspace, "state", r.State, "granted_seq", grantedSeq)
+	g.reply(inbox, r)
+	return true, nil
 }
 
 // operandsUnchanged reports whether the operands of the granted op's

@@ -291,16 +291,16 @@ func TestPurgesKeepTheNewestMessages(t *testing.T) {
 	gone(t, a, "ws", first)
 	floor := a.OpsFloor()
 	assert.LessOrEqual(t, floor+keep, a.Projector.Applied()+1, "a purge leaves the newest %d messages", keep)
-	// A retry of the archived op, settled within the keep, runs nothing.
-	read, _ := a.Settles()
+	// A retry of the archived op runs nothing; its settle reads no floor.
+	read, answered := a.Settles()
 	again, err := c.Submit(ctx, events.Request{Workspace: "ws", Agent: "ag", Tool: "count", Args: json.RawMessage(`{"keep":0}`)})
 	require.NoError(t, err)
 	assert.Equal(t, first, again.OpID)
 	assert.Equal(t, events.StateCompleted, again.State)
 	assert.Equal(t, 1, executions(t, counter, first))
-	after, answered := a.Settles()
-	assert.Equal(t, read, after, "no settle read the floor")
-	assert.Positive(t, answered)
+	readAfter, answeredAfter := a.Settles()
+	assert.Equal(t, read, readAfter, "no settle read the floor")
+	assert.Greater(t, answeredAfter, answered)
 
 	// The last op ended well over --archive-after ago, and is still among
 	// the newest messages: it stays, until enough come after it.
@@ -420,4 +420,92 @@ func TestCatchUpReadsAgainWhenFarBehind(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	assert.ErrorIs(t, x.CatchUp(cctx), context.DeadlineExceeded, "the new floor is read, and waited for")
+}
+
+// A retry of an archived held op whose held event was stored, but which
+// its gate could not end with the archived outcome (here the archive is
+// unreadable), is a pending hold in the ops stream; a grant of it is
+// recorded, and the gate that takes the grant's delivery and would start
+// the op (ADR 0029) must first tell it from a new op, as the runners do
+// with a decided one. The op ran once.
+func TestGrantOfARetryOfAnArchivedOpRunsNothing(t *testing.T) {
+	a, counter := holdsApp(t, archiving(app.Config{}))
+	c := agentClient(t, a)
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"archived":1}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	_, err := approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "once")
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
+	gone(t, a, "review", held.OpID)
+	require.Equal(t, 1, executions(t, counter, held.OpID))
+
+	// The archive unreadable: the retry's held event is stored, and its
+	// gate cannot tell it from a new op.
+	require.NoError(t, a.JetStream.DeleteStream(ctx, streams.Archive))
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, _ = c.Submit(sctx, req)
+	cancel()
+	ops, err := a.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		last, err := oplog.Last(ctx, ops, "review", held.OpID)
+		return err == nil && last.Type == events.TypeHeld
+	}, 10*time.Second, 20*time.Millisecond, "the retry's held event is stored")
+
+	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "again")
+	require.NoError(t, err, "recorded: the hold is pending in the stream")
+	time.Sleep(3 * time.Second)
+	assert.Equal(t, 1, executions(t, counter, held.OpID), "the retry of an archived op runs nothing")
+}
+
+// The same, where the archive is readable: the gate that takes the
+// grant's delivery ends the retry with the archived outcome, stated
+// again, and answers with it; nothing runs. The retry's held event is
+// stored here as a gate stores one, with the gate's consumer of requests
+// paused so that no gate ends the retry first.
+func TestGrantOfARetryOfAnArchivedOpIsAnsweredFromTheArchive(t *testing.T) {
+	a, counter := holdsApp(t, archiving(app.Config{}))
+	c := agentClient(t, a)
+	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"archived":2}`)}
+	held := submitHeld(t, c, counter, req)
+	waitHeldInProjection(t, a, held.OpID)
+	ctx := ctxT(t)
+	ops, err := a.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	op := oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}
+	heldEv, err := oplog.LastOf(ctx, ops, op, events.TypeHeld)
+	require.NoError(t, err)
+	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "once")
+	require.NoError(t, err)
+	first := waitTerminal(t, a, held.OpID)
+	require.Equal(t, events.StateCompleted, first.State)
+	gone(t, a, "review", held.OpID)
+
+	// The retry's request is stored and not taken; its held event, as
+	// its gate would store it, is the op's first event again.
+	_, err = a.JetStream.PauseConsumer(ctx, streams.Requests, streams.GateConsumer, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, _ = c.Submit(sctx, req)
+	cancel()
+	requests, err := a.JetStream.Stream(ctx, streams.Requests)
+	require.NoError(t, err)
+	info, err := requests.Info(ctx)
+	require.NoError(t, err)
+	again := *heldEv.Data.(*events.Held)
+	summary := *again.Request
+	summary.RequestSeq = info.State.LastSeq
+	again.Request, again.ExpiresAt = &summary, time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	_, err = testenv.Writer(t, a.JetStream).Append(ctx, ops, op, 0, events.TypeHeld, "airlock/gate", &again)
+	require.NoError(t, err)
+
+	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "again")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		last, err := oplog.Last(ctx, ops, "review", held.OpID)
+		return err == nil && last.Type == events.TypeCompleted && last.Header.Get(events.HeaderRestates) != ""
+	}, 10*time.Second, 20*time.Millisecond, "the retry ends with the archived outcome, stated again")
+	assert.Equal(t, 1, executions(t, counter, held.OpID), "nothing ran")
 }

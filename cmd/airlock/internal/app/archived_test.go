@@ -422,6 +422,39 @@ func TestCatchUpReadsAgainWhenFarBehind(t *testing.T) {
 	assert.ErrorIs(t, x.CatchUp(cctx), context.DeadlineExceeded, "the new floor is read, and waited for")
 }
 
+// archivedHold is a held count op of an archiving Airlock with auth,
+// granted, completed once and gone to the archive.
+type archivedHold struct {
+	a       *app.App
+	counter *testexec.Counter
+	c       *producers.Client
+	req     events.Request
+	held    producers.Outcome
+	heldEv  *oplog.Event // its held event, as stored
+}
+
+// newArchivedHold runs a held count op with args {"archived":x} to its
+// end, and until its events left the ops stream.
+func newArchivedHold(t *testing.T, x int) archivedHold {
+	t.Helper()
+	a, counter := holdsApp(t, archiving(app.Config{}))
+	h := archivedHold{a: a, counter: counter, c: agentClient(t, a)}
+	h.req = events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(fmt.Sprintf(`{"archived":%d}`, x))}
+	h.held = submitHeld(t, h.c, counter, h.req)
+	waitHeldInProjection(t, a, h.held.OpID)
+	ctx := ctxT(t)
+	ops, err := a.JetStream.Stream(ctx, streams.Ops)
+	require.NoError(t, err)
+	h.heldEv, err = oplog.LastOf(ctx, ops, oplog.Op{Workspace: "review", ID: h.held.OpID, Tool: "count"}, events.TypeHeld)
+	require.NoError(t, err)
+	_, err = approverAs(t, a, "approver").Grant(ctx, h.held.HoldID, h.held.ArgsDigest, "once")
+	require.NoError(t, err)
+	require.Equal(t, events.StateCompleted, waitTerminal(t, a, h.held.OpID).State)
+	gone(t, a, "review", h.held.OpID)
+	require.Equal(t, 1, executions(t, counter, h.held.OpID))
+	return h
+}
+
 // A retry of an archived held op whose held event was stored, but which
 // its gate could not end with the archived outcome (here the archive is
 // unreadable), is a pending hold in the ops stream; a grant of it is
@@ -429,17 +462,8 @@ func TestCatchUpReadsAgainWhenFarBehind(t *testing.T) {
 // the op (ADR 0029) must first tell it from a new op, as the runners do
 // with a decided one. The op ran once.
 func TestGrantOfARetryOfAnArchivedOpRunsNothing(t *testing.T) {
-	a, counter := holdsApp(t, archiving(app.Config{}))
-	c := agentClient(t, a)
-	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"archived":1}`)}
-	held := submitHeld(t, c, counter, req)
-	waitHeldInProjection(t, a, held.OpID)
-	ctx := ctxT(t)
-	_, err := approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "once")
-	require.NoError(t, err)
-	require.Equal(t, events.StateCompleted, waitTerminal(t, a, held.OpID).State)
-	gone(t, a, "review", held.OpID)
-	require.Equal(t, 1, executions(t, counter, held.OpID))
+	h := newArchivedHold(t, 1)
+	a, c, req, held, ctx := h.a, h.c, h.req, h.held, ctxT(t)
 
 	// The archive unreadable: the retry's held event is stored, and its
 	// gate cannot tell it from a new op.
@@ -457,7 +481,7 @@ func TestGrantOfARetryOfAnArchivedOpRunsNothing(t *testing.T) {
 	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "again")
 	require.NoError(t, err, "recorded: the hold is pending in the stream")
 	time.Sleep(3 * time.Second)
-	assert.Equal(t, 1, executions(t, counter, held.OpID), "the retry of an archived op runs nothing")
+	assert.Equal(t, 1, executions(t, h.counter, held.OpID), "the retry of an archived op runs nothing")
 }
 
 // The same, where the archive is readable: the gate that takes the
@@ -466,22 +490,11 @@ func TestGrantOfARetryOfAnArchivedOpRunsNothing(t *testing.T) {
 // stored here as a gate stores one, with the gate's consumer of requests
 // paused so that no gate ends the retry first.
 func TestGrantOfARetryOfAnArchivedOpIsAnsweredFromTheArchive(t *testing.T) {
-	a, counter := holdsApp(t, archiving(app.Config{}))
-	c := agentClient(t, a)
-	req := events.Request{Workspace: "review", Agent: "agent", Tool: "count", Args: json.RawMessage(`{"archived":2}`)}
-	held := submitHeld(t, c, counter, req)
-	waitHeldInProjection(t, a, held.OpID)
-	ctx := ctxT(t)
+	h := newArchivedHold(t, 2)
+	a, c, req, held, ctx := h.a, h.c, h.req, h.held, ctxT(t)
 	ops, err := a.JetStream.Stream(ctx, streams.Ops)
 	require.NoError(t, err)
 	op := oplog.Op{Workspace: "review", ID: held.OpID, Tool: "count"}
-	heldEv, err := oplog.LastOf(ctx, ops, op, events.TypeHeld)
-	require.NoError(t, err)
-	_, err = approverAs(t, a, "approver").Grant(ctx, held.HoldID, held.ArgsDigest, "once")
-	require.NoError(t, err)
-	first := waitTerminal(t, a, held.OpID)
-	require.Equal(t, events.StateCompleted, first.State)
-	gone(t, a, "review", held.OpID)
 
 	// The retry's request is stored and not taken; its held event, as
 	// its gate would store it, is the op's first event again.
@@ -494,7 +507,7 @@ func TestGrantOfARetryOfAnArchivedOpIsAnsweredFromTheArchive(t *testing.T) {
 	require.NoError(t, err)
 	info, err := requests.Info(ctx)
 	require.NoError(t, err)
-	again := *heldEv.Data.(*events.Held)
+	again := *h.heldEv.Data.(*events.Held)
 	summary := *again.Request
 	summary.RequestSeq = info.State.LastSeq
 	again.Request, again.ExpiresAt = &summary, time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
@@ -507,5 +520,5 @@ func TestGrantOfARetryOfAnArchivedOpIsAnsweredFromTheArchive(t *testing.T) {
 		last, err := oplog.Last(ctx, ops, "review", held.OpID)
 		return err == nil && last.Type == events.TypeCompleted && last.Header.Get(events.HeaderRestates) != ""
 	}, 10*time.Second, 20*time.Millisecond, "the retry ends with the archived outcome, stated again")
-	assert.Equal(t, 1, executions(t, counter, held.OpID), "nothing ran")
+	assert.Equal(t, 1, executions(t, h.counter, held.OpID), "nothing ran")
 }

@@ -86,62 +86,66 @@ func TestClusterLostPushLeavesTheGrantToTheOp(t *testing.T) {
 	defer cancel()
 	runnerInstance := instanceOf(t, d.dirs[runner])
 
-	// Held ops granted one after the other. The resolutions' queue group
-	// gives each grant to either gate, and the grant's delivery goes to
-	// either; when the pusher appended it and the runner took it, the
-	// runner starts the op while the push waits, and the push loses.
-	const n = 48
-	reqs := make([]events.Request, n)
-	ops := make([]string, n)
-	for i := range n {
-		args, _ := json.Marshal(map[string]any{
-			"argv":       []string{"/bin/sh", "-c", fmt.Sprintf("echo %d >> %s; sleep 60", i, d.marker())},
-			"timeout_ms": 180_000,
+	// Held ops granted one after the other, in rounds of 48 until a push
+	// lost (one round, nearly always). The resolutions' queue group gives
+	// each grant to either gate, and the grant's delivery goes to either;
+	// when the pusher appended it and the runner took it, the runner
+	// starts the op while the push waits, and the push loses.
+	const perRound, rounds = 48, 3
+	var reqs []events.Request
+	var ops, lost []string
+	for round := 0; round < rounds && len(lost) == 0; round++ {
+		from := len(ops)
+		for i := from; i < from+perRound; i++ {
+			args, _ := json.Marshal(map[string]any{
+				"argv":       []string{"/bin/sh", "-c", fmt.Sprintf("echo %d >> %s; sleep 60", i, d.marker())},
+				"timeout_ms": 180_000,
+			})
+			req := events.Request{Workspace: clusterHeldWS, Agent: "agent", Tool: "exec", Args: args}
+			var held producers.Outcome
+			until(t, 30*time.Second, "the op is held", func() bool {
+				var err error
+				held, err = c.Submit(ctx, req)
+				require.NoError(t, err)
+				require.True(t, held.Held() || held.Pending, "held: %+v", held)
+				return held.Held()
+			})
+			reqs, ops = append(reqs, req), append(ops, held.OpID)
+			until(t, 30*time.Second, "the grant is recorded", func() bool {
+				_, err := ap.Resolve(ctx, clusterHeldWS, events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionGrant, Reason: "lost push"})
+				// The approver signs the hold as a process's projection has
+				// it, which may not have folded it yet.
+				require.True(t, err == nil || events.CodeOf(err) == events.CodeHoldNotFound, "%v", err)
+				return err == nil
+			})
+		}
+		// Every push of the pusher's gate has ended: each grant it
+		// appended was resumed (by the push or by its delivery there), or
+		// the push lost, or failed.
+		waitFor(t, 30*time.Second, "every push ends", func() bool {
+			for _, op := range ops[from:] {
+				if d.logsOp(pusher, "hold resolved", op) && !d.logsOp(pusher, "hold resumed", op) && !d.logsOp(pusher, "hold not resumed at once", op) {
+					return false
+				}
+			}
+			return true
 		})
-		reqs[i] = events.Request{Workspace: clusterHeldWS, Agent: "agent", Tool: "exec", Args: args}
-		var held producers.Outcome
-		until(t, 30*time.Second, "the op is held", func() bool {
-			var err error
-			held, err = c.Submit(ctx, reqs[i])
-			require.NoError(t, err)
-			require.True(t, held.Held() || held.Pending, "held: %+v", held)
-			return held.Held()
-		})
-		ops[i] = held.OpID
-		until(t, 30*time.Second, "the grant is recorded", func() bool {
-			_, err := ap.Resolve(ctx, clusterHeldWS, events.Resolution{HoldID: held.HoldID, ArgsDigest: held.ArgsDigest, Decision: events.DecisionGrant, Reason: "lost push"})
-			// The approver signs the hold as a process's projection has
-			// it, which may not have folded it yet.
-			require.True(t, err == nil || events.CodeOf(err) == events.CodeHoldNotFound, "%v", err)
-			return err == nil
-		})
-	}
-	// Every push of the pusher's gate has ended: each grant it appended
-	// was resumed (by the push or by its delivery there), or the push
-	// lost, or failed.
-	waitFor(t, 30*time.Second, "every push ends", func() bool {
-		for _, op := range ops {
-			if d.logsOp(pusher, "hold resolved", op) && !d.logsOp(pusher, "hold resumed", op) && !d.logsOp(pusher, "hold not resumed at once", op) {
-				return false
+		for _, op := range ops[from:] {
+			if !d.logsOp(pusher, logPushLost, op) {
+				continue
+			}
+			// Lost to the runner's start through the grant's delivery, not
+			// to the pusher's own delivery, which decided the op.
+			evs := opEvents(t, js, op)
+			if !slices.Equal(typesOf(evs), []string{"held", "granted", "started"}) {
+				continue
+			}
+			if claim := evs[2].Data.(*events.Started).Claim; claim != nil && claim.Consumer == streams.ResumeConsumer && claim.Instance == runnerInstance {
+				lost = append(lost, op)
 			}
 		}
-		return true
-	})
-	var lost []string
-	for _, op := range ops {
-		if !d.logsOp(pusher, logPushLost, op) {
-			continue
-		}
-		// Lost to the runner's start through the grant's delivery, not to
-		// the pusher's own delivery, which decided the op.
-		evs := opEvents(t, js, op)
-		if !slices.Equal(typesOf(evs), []string{"held", "granted", "started"}) {
-			continue
-		}
-		if claim := evs[2].Data.(*events.Started).Claim; claim != nil && claim.Consumer == streams.ResumeConsumer && claim.Instance == runnerInstance {
-			lost = append(lost, op)
-		}
 	}
+	n := len(ops)
 	t.Logf("%d held ops, %d pushes lost to the runner's start", n, len(lost))
 	require.NotEmpty(t, lost, "no push lost to the runner's start: the race under test did not happen")
 	waitFor(t, 30*time.Second, "the ops of the lost pushes run", func() bool {

@@ -32,12 +32,14 @@ type Archived struct {
 	mu   sync.Mutex
 	last *floorRead // the newest read answered
 	next *floorRead // the newest read sent
-	// start is a floor read after this process started: every purge
-	// made before then, with whatever keep, is below it. A settle
-	// answers within keep only once the projection has passed it.
-	start   *floorRead
-	created time.Time
-	head    atomic.Uint64 // the highest sequence settled
+	// startFloor is a floor read after this process started (startRead
+	// once it is): every purge made before then, with whatever keep, is
+	// below it. A settle answers within keep only once the projection
+	// has passed it.
+	startFloor uint64
+	startRead  bool
+	created    time.Time
+	head       atomic.Uint64 // the highest sequence settled
 
 	skipped atomic.Uint64 // settles the projection answered alone
 	reads   atomic.Uint64 // settles that waited on a read of the floor
@@ -129,21 +131,18 @@ func (x *Archived) settle(ctx context.Context, after time.Time, upTo, keep uint6
 // floor read after this process started; the first call reads it.
 func (x *Archived) pastStart(ctx context.Context, applied uint64) bool {
 	x.mu.Lock()
-	r := x.start
+	floor, read := x.startFloor, x.startRead
 	x.mu.Unlock()
-	if r == nil {
-		floor, err := x.floor(ctx, x.created)
-		if err != nil {
+	if !read {
+		var err error
+		if floor, err = x.floor(ctx, x.created); err != nil {
 			return false // read again by the settle
 		}
 		x.mu.Lock()
-		if x.start == nil {
-			x.start = &floorRead{floor: floor}
-		}
-		r = x.start
+		x.startFloor, x.startRead = floor, true
 		x.mu.Unlock()
 	}
-	return applied+1 >= r.floor
+	return applied+1 >= floor
 }
 
 // CatchUp returns once the projection has folded everything below the

@@ -116,8 +116,6 @@ func (n *Notifier) Run(ctx context.Context) error {
 	}
 }
 
-// consumer creates or updates the durable consumer, trying again while
-// the cluster settles.
 // IdlePoll is how often a notifier with no webhook to send to (Config.Active
 // false) asks again.
 const IdlePoll = time.Second
@@ -140,6 +138,8 @@ func (n *Notifier) idle(ctx context.Context) bool {
 	return true
 }
 
+// consumer creates or updates the durable consumer, trying again while
+// the cluster settles.
 func (n *Notifier) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cons, err := streams.AwaitConsumer(ctx, n.cfg.Logger, Consumer, func(ctx context.Context) (jetstream.Consumer, error) {
 		return n.cfg.JetStream.CreateOrUpdateConsumer(ctx, streams.Ops, consumerConfig())

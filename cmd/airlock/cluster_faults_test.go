@@ -305,6 +305,7 @@ func TestClusterLoadGoesOnThroughANodeLoss(t *testing.T) {
 	var done atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var submitting [16]atomic.Pointer[inHand] // each worker's op in hand, for a failure message
 	for w := range 16 {
 		wg.Add(1)
 		go func() {
@@ -316,6 +317,8 @@ func TestClusterLoadGoesOnThroughANodeLoss(t *testing.T) {
 				default:
 				}
 				req := events.Request{Workspace: clusterWS, Agent: "agent", Tool: "echo", Args: json.RawMessage(fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))}
+				_, op := req.Identity()
+				submitting[w].Store(&inHand{op: op, at: time.Now()})
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				out, err := c.Submit(ctx, req)
 				for err == nil && !out.Terminal() && ctx.Err() == nil {
@@ -369,7 +372,19 @@ func TestClusterLoadGoesOnThroughANodeLoss(t *testing.T) {
 	time.Sleep(10 * time.Second)
 	after := done.Load()
 	t.Logf("ops completed in the 10 s after they resumed, the node still down: %d", after-before)
-	assert.Greater(t, after-before, int64(50), "ops go on completing while the node is down: %s", d.stderr())
+	if !assert.Greater(t, after-before, int64(50), "ops go on completing while the node is down: %s", d.stderr()) {
+		for w := range submitting {
+			if s := submitting[w].Load(); s != nil {
+				t.Logf("worker %d: %s submitted %.1f s after the kill: %s", w, s.op, s.at.Sub(killed).Seconds(), strings.Join(d.grep(s.op), "\n"))
+			}
+		}
+	}
+}
+
+// inHand is the op a worker of a load test submitted last, and when.
+type inHand struct {
+	op string
+	at time.Time
 }
 
 // unled names a stream of the pipeline, or a durable consumer of the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-dev/airlock/consumers/projector"
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
@@ -269,4 +270,42 @@ func TestCrashHoldSurvivesServe(t *testing.T) {
 		assert.NotEqual(t, "DOUBLE", e.Name())
 	}
 	assert.Equal(t, 1, ran)
+}
+
+// An approver may grant a hold the moment its submitter is told of it:
+// the answer of the process asked about the hold waits for its
+// projection to hold what the stream stored. Here the projector pauses
+// at every commit, so it trails the stream by more than half a second.
+func TestHoldGrantedTheMomentItIsHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("subprocess test")
+	}
+	ledger := t.TempDir()
+	env := []string{"AIRLOCK_TEST_LEDGER=" + ledger, "AIRLOCK_FAILPOINT=audit-before-commit=pause-each:600ms"}
+	srv := startServer(t, t.TempDir(), freePort(t), env, "--workspace-mode", "review=confirm")
+	out, _, code := srv.run(t, "submit", "--ws", "review", "--tool", "count", "--args", `{"at":"once"}`, "--json")
+	require.Equal(t, 3, code, out)
+	var held struct {
+		OpID   string `json:"op_id"`
+		HoldID string `json:"hold_id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &held))
+	out, stderr, code := srv.run(t, "holds", "grant", held.HoldID, "--reason", "at once")
+	require.Equal(t, 0, code, "%s%s\n%s", out, stderr, srv.stderr.String())
+	require.Eventually(t, func() bool {
+		out, _, code = srv.run(t, "ops", "get", held.OpID, "--json")
+		return code == 0 && strings.Contains(out, `"state":"completed"`)
+	}, 20*time.Second, 100*time.Millisecond)
+	entries, err := os.ReadDir(ledger)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, held.OpID, entries[0].Name())
+
+	// A hold no op has is refused once the projection has caught up,
+	// within the query's bound.
+	began := time.Now()
+	_, stderr, code = srv.run(t, "holds", "show", events.HoldID("op_"+strings.Repeat("7", 32)))
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "HOLD_NOT_FOUND")
+	assert.Less(t, time.Since(began), projector.CaughtUpWait+3*time.Second)
 }

@@ -241,6 +241,16 @@ func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
 	}
 }
 
+// CaughtUp returns once p has committed every message its stream had
+// stored when it was called, or ctx ends: a CaughtUpFunc for Serve.
+func (p *Projector) CaughtUp(ctx context.Context) error {
+	st, err := p.cfg.JetStream.Stream(ctx, p.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	return p.WaitApplied(ctx, st.CachedInfo().State.LastSeq)
+}
+
 // Run applies messages until ctx ends. It returns nil when ctx ends and an
 // error when the store or the stream fails.
 func (p *Projector) Run(ctx context.Context) error {

@@ -25,7 +25,13 @@ const (
 //
 // live, when not nil, answers events.QueryLiveSubject: it makes sure the
 // live feed is on if anyone subscribes to it, and says whether it is.
-func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc) (micro.Service, error) {
+//
+// caught, when not nil, makes an op the projection does not hold a
+// question answered as of the moment it was asked: the answer waits
+// until the projection holds every event the ops stream had stored then
+// (at most CaughtUpWait). An op its asker has just seen stored (a hold
+// its gate announced, a webhook, a watch) is found, not refused.
+func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc, caught CaughtUpFunc) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     ServiceVersion,
@@ -34,7 +40,7 @@ func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc) (micro
 	if err != nil {
 		return nil, err
 	}
-	q := &query{st: st, key: key}
+	q := &query{st: st, key: key, caught: caught, waits: make(chan struct{}, MaxCaughtUpWaits)}
 	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(events.QueryOpSubject)); err != nil {
 		svc.Stop()
 		return nil, err
@@ -73,9 +79,25 @@ type LiveFunc func(context.Context) (events.LiveStatus, error)
 // liveTimeout bounds one answer of the live endpoint: a stream update.
 const liveTimeout = 5 * time.Second
 
+// CaughtUpFunc returns once the projection holds every event the ops
+// stream had stored when it was called, or ctx ends.
+type CaughtUpFunc func(ctx context.Context) error
+
+// CaughtUpWait bounds how long the answer to a question about an op the
+// projection does not hold waits for the projection to catch up with
+// the ops stream; MaxCaughtUpWaits bounds the answers waiting so at once
+// (past it, a miss is answered at once, NOT_FOUND and retryable, as the
+// projection has it).
+const (
+	CaughtUpWait     = 2 * time.Second
+	MaxCaughtUpWaits = 64
+)
+
 type query struct {
-	st  *store.Store
-	key *audit.Key
+	st     *store.Store
+	key    *audit.Key
+	caught CaughtUpFunc
+	waits  chan struct{} // a place for each answer waiting for caught
 }
 
 func (q *query) op(req micro.Request) {
@@ -85,9 +107,32 @@ func (q *query) op(req micro.Request) {
 		return
 	}
 	op, err := q.st.Op(in.OpID)
+	if errors.Is(err, store.ErrNotFound) && q.caught != nil {
+		// The projection may trail the stream: ask again once it holds
+		// what the stream had when the question came, off the
+		// endpoint's goroutine, which answers the other questions.
+		select {
+		case q.waits <- struct{}{}:
+			go func() {
+				defer func() { <-q.waits }()
+				ctx, cancel := context.WithTimeout(context.Background(), CaughtUpWait)
+				_ = q.caught(ctx) // caught up or not, the projection as it is then
+				cancel()
+				op, err := q.st.Op(in.OpID)
+				q.answerOp(req, in.OpID, op, err)
+			}()
+			return
+		default:
+		}
+	}
+	q.answerOp(req, in.OpID, op, err)
+}
+
+// answerOp answers a question about op id with what the projection read.
+func (q *query) answerOp(req micro.Request, id string, op *events.Op, err error) {
 	if errors.Is(err, store.ErrNotFound) {
 		// Retryable: the projection may not have folded the op yet.
-		respondError(req, &events.Error{Code: events.CodeNotFound, Message: "no op " + in.OpID, Retryable: true})
+		respondError(req, &events.Error{Code: events.CodeNotFound, Message: "no op " + id, Retryable: true})
 		return
 	}
 	if err != nil {

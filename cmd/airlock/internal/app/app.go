@@ -554,7 +554,7 @@ func (a *App) start(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	svc, err := projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync)
+	svc, err := projector.Serve(a.Conn, a.Store, a.AuditKey, a.Live.Sync, a.Projector.CaughtUp)
 	if err != nil {
 		return err
 	}

@@ -110,6 +110,9 @@ func newBench() *cobra.Command {
 			fmt.Fprintf(w, "memory after the pipeline:   %10.0f MB RSS (peak %.0f MB; Go %.0f MB, live heap %.0f MB); %d subjects in AIRLOCK_OPS\n",
 				res.Memory.RSSMB, res.Memory.PeakRSSMB, res.Memory.GoMB, res.Memory.HeapLiveMB, res.OpsSubjects)
 			fmt.Fprintf(w, "requests erased after the ops: %8d left when the last op ended, all erased %.1f s later\n", res.RequestsLeft, res.EraseLagS)
+			if res.PurgeLagS > 0 {
+				fmt.Fprintf(w, "ended ops left AIRLOCK_OPS:  %10.1f s after the last op (the newest %d messages stay; the latency phases start then)\n", res.PurgeLagS, res.ArchiveKeep)
+			}
 			if len(res.Windows) > 0 {
 				printWindows(w, res.Windows)
 			}

@@ -19,8 +19,12 @@ const (
 	// DefaultArchiveAfter is how long an ended op's events stay in the ops
 	// stream after the projector applied them, at least: past it, a retry
 	// is told from the archive and readers fall back on the projection,
-	// each a little slower.
-	DefaultArchiveAfter = 10 * time.Second
+	// each a little slower. It is short because every purge walks the
+	// server's subject index of the stream, under the stream's lock, and
+	// that index holds the ops of the last DefaultArchiveAfter; within the
+	// ten seconds of the server's block cache, a purge also reads no
+	// block back from disk (docs/performance.md, "What a purge stalls").
+	DefaultArchiveAfter = 3 * time.Second
 	// DefaultOpsPurgeEvery is how often the purger looks.
 	DefaultOpsPurgeEvery = time.Second
 	// MinArchiveAfter bounds ArchiveAfter from below.

@@ -112,10 +112,12 @@ type Config struct {
 // Config.ArchiveKeep.
 const MetaArchiveKeep = "airlock_archive_keep"
 
-// DefaultArchiveKeep is serve's and bench's Config.ArchiveKeep: far more
+// DefaultArchiveKeep is serve's and bench's Config.ArchiveKeep: more
 // messages than a projection trails its own process's appends by under
-// load (hundreds to a few thousand), so that settles read nothing.
-const DefaultArchiveKeep = 1 << 16
+// load (hundreds to a few thousand), so that settles read nothing, and
+// few enough that the subject index a purge walks stays small when
+// ops are few (docs/performance.md, "What a purge stalls").
+const DefaultArchiveKeep = 1 << 13
 
 // OpsArchiveKeep is the ArchiveKeep an ops stream was made with: 0 when
 // its metadata records none, or something that is not a count.

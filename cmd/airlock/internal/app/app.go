@@ -773,6 +773,16 @@ type archiveStats struct {
 	*projector.Archived
 }
 
+// OpsPurgedBelow is the floor of this process's last purge of ended ops'
+// events from the ops stream (ADR 0026): every op event below it has
+// left. Zero when ended ops stay in the stream, or before a purge.
+func (a *App) OpsPurgedBelow() uint64 {
+	if a.opsPurger == nil {
+		return 0
+	}
+	return a.opsPurger.Floor()
+}
+
 // Settles counts the settles of first events that read the ops floor, and
 // those the projection answered alone (ADR 0028, ADR 0030); zero when
 // ended ops stay in the ops stream.

@@ -289,7 +289,7 @@ func TestPurgesKeepTheNewestMessages(t *testing.T) {
 		run(i)
 	}
 	gone(t, a, "ws", first)
-	floor := a.OpsFloor()
+	floor := a.OpsPurgedBelow()
 	assert.LessOrEqual(t, floor+keep, a.Projector.Applied()+1, "a purge leaves the newest %d messages", keep)
 	// A retry of the archived op runs nothing; its settle reads no floor.
 	read, answered := a.Settles()
@@ -308,7 +308,7 @@ func TestPurgesKeepTheNewestMessages(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	_, err = oplog.Last(ctx, ops, "ws", last)
 	require.NoError(t, err, "kept: among the newest %d messages", keep)
-	assert.LessOrEqual(t, a.OpsFloor()+keep, a.Projector.Applied()+1)
+	assert.LessOrEqual(t, a.OpsPurgedBelow()+keep, a.Projector.Applied()+1)
 	for i := keep + 1; i < 2*keep; i++ {
 		run(i)
 	}

@@ -266,8 +266,12 @@ type Result struct {
 	// RequestsLeft is how many requests (argument plaintext) were still
 	// stored when the pipeline phase's last op ended, and EraseLagS how
 	// long the scrubber then took to erase them all.
-	RequestsLeft    uint64  `json:"requests_left"`
-	EraseLagS       float64 `json:"erase_lag_s"`
+	RequestsLeft uint64  `json:"requests_left"`
+	EraseLagS    float64 `json:"erase_lag_s"`
+	// PurgeLagS is how long after the pipeline phase's last op its ended
+	// ops' events had left AIRLOCK_OPS (all but the newest ArchiveKeep
+	// messages): the latency phases start then (0 with KeepOps).
+	PurgeLagS       float64 `json:"purge_lag_s,omitempty"`
 	AuditLeaves     int     `json:"audit_leaves"`
 	AuditAppendNS   float64 `json:"audit_append_ns"`
 	AuditVerifyPerS float64 `json:"audit_verify_per_s"`
@@ -514,9 +518,17 @@ func pipeline(ctx context.Context, cfg Config, res *Result) (msgs, bytes uint64,
 	}
 	if cfg.Paced > 0 {
 		// Normal load starts from a settled Airlock: the projection has
-		// folded the pipeline phase's backlog.
+		// folded the pipeline phase's backlog, and its ended ops have
+		// left the ops stream (the first purge after a burst walks a
+		// subject index as large as the burst, under the stream's lock:
+		// docs/performance.md, "What a purge stalls").
 		if err := settle(ctx, a); err != nil {
 			return 0, 0, err
+		}
+		if !cfg.KeepOps {
+			if res.PurgeLagS, err = purged(ctx, cfg, a, seqs[streams.Ops]); err != nil {
+				return 0, 0, err
+			}
 		}
 		if err := latencyPhases(ctx, cfg, a.JetStream, c, res); err != nil {
 			return 0, 0, fmt.Errorf("latency: %w", err)
@@ -622,6 +634,36 @@ func emptied(ctx context.Context, js jetstream.JetStream, stream string) (float6
 
 // settle waits until the projection has applied everything the ops
 // stream holds.
+// purged waits until the ops stream's purges have reached last, the
+// ops stream's last sequence after a phase, short of the newest messages
+// every purge leaves (cfg.ArchiveKeep), and returns how long it waited;
+// at most archive-after and purgeWait more.
+func purged(ctx context.Context, cfg Config, a *app.App, last uint64) (float64, error) {
+	start := time.Now()
+	if last+1 <= cfg.ArchiveKeep+1 {
+		return 0, nil // the stream holds no more than every purge leaves
+	}
+	want := last + 1 - cfg.ArchiveKeep
+	ctx, cancel := context.WithTimeout(ctx, cfg.archiveAfter()+purgeWait)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for a.OpsPurgedBelow() < want {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			if ctx.Err() == context.DeadlineExceeded {
+				return 0, fmt.Errorf("the pipeline's ended ops did not leave AIRLOCK_OPS within %s (purged below %d, want %d)", cfg.archiveAfter()+purgeWait, a.OpsPurgedBelow(), want)
+			}
+			return 0, ctx.Err()
+		}
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+// purgeWait bounds how long past archive-after purged waits.
+const purgeWait = 30 * time.Second
+
 func settle(ctx context.Context, a *app.App) error {
 	st, err := a.JetStream.Stream(ctx, streams.Ops)
 	if err != nil {

@@ -40,7 +40,7 @@ func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc, caught
 	if err != nil {
 		return nil, err
 	}
-	q := &query{st: st, key: key, caught: caught, waits: make(chan struct{}, MaxCaughtUpWaits)}
+	q := &query{nc: nc, st: st, key: key, caught: caught, waits: make(chan struct{}, MaxCaughtUpWaits)}
 	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(events.QueryOpSubject)); err != nil {
 		svc.Stop()
 		return nil, err
@@ -94,6 +94,7 @@ const (
 )
 
 type query struct {
+	nc     *nats.Conn
 	st     *store.Store
 	key    *audit.Key
 	caught CaughtUpFunc
@@ -113,19 +114,53 @@ func (q *query) op(req micro.Request) {
 		// endpoint's goroutine, which answers the other questions.
 		select {
 		case q.waits <- struct{}{}:
+			later := detached{Request: req, nc: q.nc}
 			go func() {
 				defer func() { <-q.waits }()
 				ctx, cancel := context.WithTimeout(context.Background(), CaughtUpWait)
 				_ = q.caught(ctx) // caught up or not, the projection as it is then
 				cancel()
 				op, err := q.st.Op(in.OpID)
-				q.answerOp(req, in.OpID, op, err)
+				q.answerOp(later, in.OpID, op, err)
 			}()
 			return
 		default:
 		}
 	}
 	q.answerOp(req, in.OpID, op, err)
+}
+
+// detached answers a request after its handler has returned. The
+// service reads its own request once the handler returns (for the
+// endpoint's stats), so a late answer is published on the connection
+// instead, with the headers micro would set; the endpoint's stats do not
+// count it as an error.
+type detached struct {
+	micro.Request
+	nc *nats.Conn
+}
+
+func (d detached) Respond(data []byte, opts ...micro.RespondOpt) error {
+	m := &nats.Msg{Subject: d.Reply(), Data: data}
+	for _, o := range opts {
+		o(m)
+	}
+	return d.nc.PublishMsg(m)
+}
+
+func (d detached) RespondJSON(v any, opts ...micro.RespondOpt) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return d.Respond(data, opts...)
+}
+
+func (d detached) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	h := micro.RespondOpt(func(m *nats.Msg) {
+		m.Header = nats.Header{micro.ErrorHeader: []string{description}, micro.ErrorCodeHeader: []string{code}}
+	})
+	return d.Respond(data, append([]micro.RespondOpt{h}, opts...)...)
 }
 
 // answerOp answers a question about op id with what the projection read.

@@ -140,6 +140,7 @@ type detached struct {
 	nc *nats.Conn
 }
 
+// Respond publishes data to the request's reply subject.
 func (d detached) Respond(data []byte, opts ...micro.RespondOpt) error {
 	m := &nats.Msg{Subject: d.Reply(), Data: data}
 	for _, o := range opts {
@@ -148,6 +149,7 @@ func (d detached) Respond(data []byte, opts ...micro.RespondOpt) error {
 	return d.nc.PublishMsg(m)
 }
 
+// RespondJSON publishes v, as JSON, to the request's reply subject.
 func (d detached) RespondJSON(v any, opts ...micro.RespondOpt) error {
 	data, err := json.Marshal(v)
 	if err != nil {
@@ -156,6 +158,7 @@ func (d detached) RespondJSON(v any, opts ...micro.RespondOpt) error {
 	return d.Respond(data, opts...)
 }
 
+// Error publishes an error answer, with micro's error headers.
 func (d detached) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
 	h := micro.RespondOpt(func(m *nats.Msg) {
 		m.Header = nats.Header{micro.ErrorHeader: []string{description}, micro.ErrorCodeHeader: []string{code}}

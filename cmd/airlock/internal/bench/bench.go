@@ -632,15 +632,13 @@ func emptied(ctx context.Context, js jetstream.JetStream, stream string) (float6
 	}
 }
 
-// settle waits until the projection has applied everything the ops
-// stream holds.
 // purged waits until the ops stream's purges have reached last, the
 // ops stream's last sequence after a phase, short of the newest messages
 // every purge leaves (cfg.ArchiveKeep), and returns how long it waited;
 // at most archive-after and purgeWait more.
 func purged(ctx context.Context, cfg Config, a *app.App, last uint64) (float64, error) {
 	start := time.Now()
-	if last+1 <= cfg.ArchiveKeep+1 {
+	if last <= cfg.ArchiveKeep {
 		return 0, nil // the stream holds no more than every purge leaves
 	}
 	want := last + 1 - cfg.ArchiveKeep
@@ -664,6 +662,8 @@ func purged(ctx context.Context, cfg Config, a *app.App, last uint64) (float64, 
 // purgeWait bounds how long past archive-after purged waits.
 const purgeWait = 30 * time.Second
 
+// settle waits until the projection has applied everything the ops
+// stream holds.
 func settle(ctx context.Context, a *app.App) error {
 	st, err := a.JetStream.Stream(ctx, streams.Ops)
 	if err != nil {

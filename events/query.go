@@ -17,6 +17,12 @@ const (
 // OpQuery asks for one op.
 type OpQuery struct {
 	OpID string `json:"op_id"`
+	// Fresh asks for the op as of the question: an op the projection
+	// does not hold is looked for again once the projection holds every
+	// event the ops stream had stored when the question came (at most
+	// projector.CaughtUpWait later). An approver asks so about a hold
+	// it was just told of.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // ListQuery asks for a page of ops, optionally of one state.

@@ -68,18 +68,23 @@ func NewApprover(nc *nats.Conn, principal string, opts ...ApproverOption) (*Appr
 }
 
 // Hold returns the held (or once held) op a hold id names, from the
-// projection. An unknown hold is an *events.Error with code
-// HOLD_NOT_FOUND.
+// projection, as of the question (events.OpQuery.Fresh): a hold its
+// submitter was just told of is found. An unknown hold is an
+// *events.Error with code HOLD_NOT_FOUND.
 func (a *Approver) Hold(ctx context.Context, holdID string) (*events.Op, error) {
 	opID, ok := events.OpOfHold(holdID)
 	if !ok {
 		return nil, events.Errorf(events.CodeInvalidResolution, "hold id %q is not of the form hold_<32 hex>", holdID)
 	}
-	op, err := a.q.Op(ctx, opID)
+	var op events.Op
+	err := a.q.query(ctx, events.QueryOpSubject, events.OpQuery{OpID: opID, Fresh: true}, &op)
 	if errors.Is(err, &events.Error{Code: events.CodeNotFound}) || (err == nil && op.HoldID != holdID) {
 		return nil, events.Errorf(events.CodeHoldNotFound, "no hold %s", holdID)
 	}
-	return op, err
+	if err != nil {
+		return nil, err
+	}
+	return &op, nil
 }
 
 // Args reads the args a held op would run with, from its request in

@@ -242,14 +242,26 @@ func (p *Projector) WaitApplied(ctx context.Context, seq uint64) error {
 }
 
 // CaughtUp returns once p has committed every message its stream had
-// stored when it was called, or ctx ends: a CaughtUpFunc for Serve.
+// stored when it was called, or ctx ends: a CaughtUpFunc for Serve. A
+// read of the stream's last sequence that fails (a leader being
+// elected) is made again.
 func (p *Projector) CaughtUp(ctx context.Context) error {
-	st, err := p.cfg.JetStream.Stream(ctx, p.cfg.Stream)
-	if err != nil {
-		return err
+	for {
+		st, err := p.cfg.JetStream.Stream(ctx, p.cfg.Stream)
+		if err == nil {
+			return p.WaitApplied(ctx, st.CachedInfo().State.LastSeq)
+		}
+		select {
+		case <-time.After(caughtUpRetry):
+		case <-ctx.Done():
+			return err
+		}
 	}
-	return p.WaitApplied(ctx, st.CachedInfo().State.LastSeq)
 }
+
+// caughtUpRetry is how soon CaughtUp reads the stream again after a
+// failed read.
+const caughtUpRetry = 50 * time.Millisecond
 
 // Run applies messages until ctx ends. It returns nil when ctx ends and an
 // error when the store or the stream fails.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/airlock-dev/airlock/events"
@@ -26,11 +27,13 @@ const (
 // live, when not nil, answers events.QueryLiveSubject: it makes sure the
 // live feed is on if anyone subscribes to it, and says whether it is.
 //
-// caught, when not nil, makes an op the projection does not hold a
-// question answered as of the moment it was asked: the answer waits
-// until the projection holds every event the ops stream had stored then
-// (at most CaughtUpWait). An op its asker has just seen stored (a hold
-// its gate announced, a webhook, a watch) is found, not refused.
+// caught, when not nil, answers a fresh question (events.OpQuery.Fresh)
+// about an op the projection does not hold as of the moment it was
+// asked: the answer waits until the projection holds every event the ops
+// stream had stored then (at most CaughtUpWait). An op its asker has
+// just seen stored (a hold its gate announced, a webhook, a watch) is
+// found, not refused. Stop the service before closing st: it waits for
+// those answers.
 func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc, caught CaughtUpFunc) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
@@ -40,7 +43,8 @@ func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc, caught
 	if err != nil {
 		return nil, err
 	}
-	q := &query{nc: nc, st: st, key: key, caught: caught, waits: make(chan struct{}, MaxCaughtUpWaits)}
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &query{nc: nc, st: st, key: key, caught: caught, waits: make(chan struct{}, MaxCaughtUpWaits), ctx: ctx, cancel: cancel}
 	if err := svc.AddEndpoint("op", micro.HandlerFunc(q.op), micro.WithEndpointSubject(events.QueryOpSubject)); err != nil {
 		svc.Stop()
 		return nil, err
@@ -69,7 +73,22 @@ func Serve(nc *nats.Conn, st *store.Store, key *audit.Key, live LiveFunc, caught
 			return nil, err
 		}
 	}
-	return svc, nil
+	return service{Service: svc, q: q}, nil
+}
+
+// service is the query service; its Stop also ends, and waits for, the
+// answers that wait for the projection.
+type service struct {
+	micro.Service
+	q *query
+}
+
+// Stop stops the service and returns once no answer is in hand.
+func (s service) Stop() error {
+	err := s.Service.Stop()
+	s.q.cancel()
+	s.q.waiting.Wait()
+	return err
 }
 
 // LiveFunc makes sure the live feed is on if anyone subscribes to it, and
@@ -99,6 +118,10 @@ type query struct {
 	key    *audit.Key
 	caught CaughtUpFunc
 	waits  chan struct{} // a place for each answer waiting for caught
+	// ctx ends with the service; waiting counts the answers in hand.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	waiting sync.WaitGroup
 }
 
 func (q *query) op(req micro.Request) {
@@ -108,21 +131,21 @@ func (q *query) op(req micro.Request) {
 		return
 	}
 	op, err := q.st.Op(in.OpID)
-	if errors.Is(err, store.ErrNotFound) && q.caught != nil {
+	if errors.Is(err, store.ErrNotFound) && in.Fresh && q.caught != nil {
 		// The projection may trail the stream: ask again once it holds
 		// what the stream had when the question came, off the
 		// endpoint's goroutine, which answers the other questions.
 		select {
 		case q.waits <- struct{}{}:
 			later := detached{Request: req, nc: q.nc}
-			go func() {
+			q.waiting.Go(func() {
 				defer func() { <-q.waits }()
-				ctx, cancel := context.WithTimeout(context.Background(), CaughtUpWait)
+				ctx, cancel := context.WithTimeout(q.ctx, CaughtUpWait)
 				_ = q.caught(ctx) // caught up or not, the projection as it is then
 				cancel()
 				op, err := q.st.Op(in.OpID)
 				q.answerOp(later, in.OpID, op, err)
-			}()
+			})
 			return
 		default:
 		}

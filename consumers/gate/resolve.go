@@ -97,9 +97,9 @@ func (g *Gate) resolve(ctx context.Context, ws string, who Principal, res *event
 		last, err := oplog.Last(ctx, g.ops, ws, opID)
 		if errors.Is(err, oplog.ErrEmpty) {
 			if op := g.archivedOp(opID); op != nil && op.Workspace == ws && op.HoldID == res.HoldID {
-				// Ended long ago; its events went to the archive.
-				return events.Reply{OpID: opID, State: op.State, Code: events.CodeHoldResolved,
-					Message: fmt.Sprintf("hold %s was resolved long ago (op %s)", res.HoldID, op.State)}, nil, nil
+				// Ended, and its events went to the archive: answered from
+				// the projection as resolved would from the events.
+				return archivedResolution(op, who, res), nil, nil
 			}
 			return refuse(events.CodeHoldNotFound, "no hold %s in workspace %s", res.HoldID, ws)
 		}
@@ -329,6 +329,27 @@ func (g *Gate) resolved(ctx context.Context, op oplog.Op, last *oplog.Event, who
 		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, decision, by, r.State)
 	}
 	return r, nil
+}
+
+// archivedResolution is resolved's answer for a hold whose op ended and
+// left the ops stream (ADR 0026), from the op as the projection holds
+// it: the same approver's same resolution stands (Existing), an expired
+// hold is HOLD_EXPIRED, any other HOLD_RESOLVED.
+func archivedResolution(op *events.Op, who Principal, res *events.Resolution) events.Reply {
+	r := events.Reply{OpID: op.ID, State: op.State}
+	switch {
+	case op.State == events.StateExpired && op.Resolution == "":
+		r.Code, r.Message = events.CodeHoldExpired, "hold "+res.HoldID+" expired unresolved"
+	case op.Resolution == string(res.Decision) && op.Approver == who.Name:
+		r.Existing = true
+	case op.Resolution != "":
+		r.Code = events.CodeHoldResolved
+		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, op.Resolution, op.Approver, op.State)
+	default:
+		r.Code = events.CodeHoldResolved
+		r.Message = fmt.Sprintf("hold %s is already resolved (op %s)", res.HoldID, op.State)
+	}
+	return r
 }
 
 const timeFormat = "2006-01-02T15:04:05Z07:00"

@@ -522,3 +522,22 @@ func TestGrantOfARetryOfAnArchivedOpIsAnsweredFromTheArchive(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the retry ends with the archived outcome, stated again")
 	assert.Equal(t, 1, executions(t, h.counter, held.OpID), "nothing ran")
 }
+
+// A resolution of a hold whose op ended and left the ops stream is
+// answered as one of a hold whose events are still there: the same
+// approver's same grant stands (Existing), a deny is HOLD_RESOLVED, and
+// nothing runs again.
+func TestResolutionOfAnArchivedHoldIsAnsweredAsBefore(t *testing.T) {
+	h := newArchivedHold(t, 3)
+	ctx := ctxT(t)
+	ap := approverAs(t, h.a, "approver")
+	r, err := ap.Grant(ctx, h.held.HoldID, h.held.ArgsDigest, "once")
+	require.NoError(t, err)
+	assert.True(t, r.Existing, "%+v", r)
+	assert.Equal(t, events.StateCompleted, r.State)
+	r, err = ap.Deny(ctx, h.held.HoldID, h.held.ArgsDigest, "too late")
+	assert.Equal(t, events.CodeHoldResolved, codeOf(err), "%v", err)
+	assert.Contains(t, r.Message, "grant by approver")
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, 1, executions(t, h.counter, h.held.OpID))
+}

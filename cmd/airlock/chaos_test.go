@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-dev/airlock/events"
 	"github.com/airlock-dev/airlock/internal/authority"
 	"github.com/airlock-dev/airlock/internal/streams"
+	"github.com/airlock-dev/airlock/internal/testenv"
 	"github.com/airlock-dev/airlock/producers"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -174,24 +175,12 @@ func opEventOf(h nats.Header) opEvent {
 // stream holds, by sequence.
 func streamEvents(t *testing.T, js jetstream.JetStream, ws, op string) map[uint64]opEvent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	out := map[uint64]opEvent{}
-	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
-	require.NoError(t, err)
-	info, err := cons.Info(ctx)
-	require.NoError(t, err)
-	if info.NumPending == 0 {
-		return out
-	}
-	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
-	require.NoError(t, err)
-	for m := range batch.Messages() {
+	for _, m := range testenv.OpMessages(t, js, ws, op) {
 		md, err := m.Metadata()
 		require.NoError(t, err)
 		out[md.Sequence.Stream] = opEventOf(m.Headers())
 	}
-	require.NoError(t, batch.Error())
 	return out
 }
 

@@ -49,6 +49,17 @@ func StartNATS(t testing.TB, sc streams.Config) *NATS {
 // OpEvents lists the types of every event of one op, in stream order.
 func OpEvents(t testing.TB, js jetstream.JetStream, ws, op string) []events.Type {
 	t.Helper()
+	var types []events.Type
+	for _, m := range OpMessages(t, js, ws, op) {
+		types = append(types, events.Type(m.Headers().Get(events.HeaderPrefix+"type")))
+	}
+	return types
+}
+
+// OpMessages reads every event of one op the ops stream holds, in
+// stream order.
+func OpMessages(t testing.TB, js jetstream.JetStream, ws, op string) []jetstream.Msg {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := js.OrderedConsumer(ctx, streams.Ops, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpFilter(ws, op)}})
@@ -60,12 +71,12 @@ func OpEvents(t testing.TB, js jetstream.JetStream, ws, op string) []events.Type
 	}
 	batch, err := cons.Fetch(int(info.NumPending), jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)
-	var types []events.Type
+	var msgs []jetstream.Msg
 	for m := range batch.Messages() {
-		types = append(types, events.Type(m.Headers().Get(events.HeaderPrefix+"type")))
+		msgs = append(msgs, m)
 	}
 	require.NoError(t, batch.Error())
-	return types
+	return msgs
 }
 
 // StaleRequestsResponder adds a responder to the requests stream's direct gets

@@ -302,8 +302,7 @@ func (g *Gate) resolved(ctx context.Context, op oplog.Op, last *oplog.Event, who
 		r.State = or.State
 	}
 	if _, ok := last.Data.(*events.Expired); ok {
-		r.Code, r.Message = events.CodeHoldExpired, "hold "+res.HoldID+" expired unresolved"
-		return r, nil
+		return standing(r, true, "", "", who, res), nil
 	}
 	var by string
 	var decision events.Decision
@@ -319,35 +318,32 @@ func (g *Gate) resolved(ctx context.Context, op oplog.Op, last *oplog.Event, who
 			by, decision = dn.Actor, events.DecisionDeny
 		}
 	}
-	if decision == res.Decision && by == who.Name {
-		r.Existing = true
-		return r, nil
-	}
-	r.Code = events.CodeHoldResolved
-	r.Message = fmt.Sprintf("hold %s is already resolved (op %s)", res.HoldID, r.State)
-	if decision != "" {
-		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, decision, by, r.State)
-	}
-	return r, nil
+	return standing(r, false, decision, by, who, res), nil
 }
 
 // archivedResolution is resolved's answer for a hold whose op ended and
-// left the ops stream (ADR 0026), from the op as the projection holds
-// it: the same approver's same resolution stands (Existing), an expired
-// hold is HOLD_EXPIRED, any other HOLD_RESOLVED.
+// left the ops stream (ADR 0026), from the op as the projection holds it.
 func archivedResolution(op *events.Op, who Principal, res *events.Resolution) events.Reply {
-	r := events.Reply{OpID: op.ID, State: op.State}
+	expired := op.State == events.StateExpired && op.Resolution == ""
+	return standing(events.Reply{OpID: op.ID, State: op.State}, expired, events.Decision(op.Resolution), op.Approver, who, res)
+}
+
+// standing completes r, the answer to res from who about a hold no
+// longer pending: expired unresolved is HOLD_EXPIRED; resolved with
+// decision by by, the same approver's same resolution stands (Existing),
+// any other is HOLD_RESOLVED (decision "" when not known).
+func standing(r events.Reply, expired bool, decision events.Decision, by string, who Principal, res *events.Resolution) events.Reply {
 	switch {
-	case op.State == events.StateExpired && op.Resolution == "":
+	case expired:
 		r.Code, r.Message = events.CodeHoldExpired, "hold "+res.HoldID+" expired unresolved"
-	case op.Resolution == string(res.Decision) && op.Approver == who.Name:
+	case decision == res.Decision && by == who.Name:
 		r.Existing = true
-	case op.Resolution != "":
+	case decision != "":
 		r.Code = events.CodeHoldResolved
-		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, op.Resolution, op.Approver, op.State)
+		r.Message = fmt.Sprintf("hold %s was already resolved: %s by %s (op %s)", res.HoldID, decision, by, r.State)
 	default:
 		r.Code = events.CodeHoldResolved
-		r.Message = fmt.Sprintf("hold %s is already resolved (op %s)", res.HoldID, op.State)
+		r.Message = fmt.Sprintf("hold %s is already resolved (op %s)", res.HoldID, r.State)
 	}
 	return r
 }
